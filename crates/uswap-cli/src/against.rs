@@ -1,0 +1,1 @@
+//! `uswap bench --against kernel|zram|zswap`: the same workload on kernel swap and on uswap.

@@ -1,0 +1,44 @@
+//! uswap: out-of-core memory for one process.
+//!
+//! A [`Pool`] owns a resident budget and a swap backend; [`Region`]s created from it
+//! are anonymous private mappings registered with userfaultfd. The engine keeps at
+//! most the budget resident and pages the rest to the backend and back on faults,
+//! with the design of the Linux swap subsystem (clustered slots, a sharded swap
+//! cache, VMA readahead, 2 MiB units, stale-slot freeing).
+//!
+//! ```no_run
+//! use uswap::Pool;
+//! let pool = Pool::builder().budget(256 << 20).build()?;
+//! let mut region = pool.region(1 << 30)?; // 1 GiB, 4x the budget
+//! region.as_mut_slice().fill(7);
+//! assert!(region.as_slice().iter().all(|&b| b == 7));
+//! println!("{:?}", pool.counters());
+//! # Ok::<(), uswap::Error>(())
+//! ```
+
+pub mod backend;
+pub mod error;
+mod fault;
+pub mod pagemap;
+pub mod pool;
+pub mod readahead;
+mod reclaim;
+pub mod region;
+pub mod size;
+pub mod slots;
+pub mod stats;
+pub mod swap_cache;
+pub mod uffd;
+
+pub use error::{Error, Result};
+pub use pool::{DeviceKind, FaultInjection, Pool, PoolBuilder, ReadaheadPolicy, StaleSlotPolicy, UnitPolicy};
+pub use region::{Region, RegionOptions};
+pub use size::{format_size, parse_size};
+pub use stats::Counters;
+
+/// Base page size the engine manages.
+pub const PAGE_SIZE: usize = 4096;
+/// Pages in one 2 MiB unit (= one swap cluster).
+pub const UNIT_PAGES: usize = 512;
+/// Bytes in one 2 MiB unit.
+pub const UNIT_SIZE: usize = PAGE_SIZE * UNIT_PAGES;

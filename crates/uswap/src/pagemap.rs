@@ -1,0 +1,3 @@
+//! pagemap (in progress)
+/// A region's shared state.
+pub struct RegionInner;

@@ -1,0 +1,1 @@
+//! readahead (in progress)

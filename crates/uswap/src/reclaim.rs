@@ -1,0 +1,1 @@
+//! reclaim (in progress)

@@ -1,0 +1,97 @@
+//! Counters named like /proc/vmstat, kept per region and per pool.
+
+use serde::Serialize;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+macro_rules! counters {
+    ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
+        /// Event counters of one region or of a whole pool (atomics, updated where the
+        /// event happens).
+        #[derive(Debug, Default)]
+        pub struct EventCounters {
+            $($(#[$doc])* pub $name: AtomicU64,)*
+        }
+
+        /// A snapshot of the counters plus the pool's gauges.
+        #[derive(Debug, Default, Clone, Copy, Serialize, PartialEq, Eq)]
+        pub struct Counters {
+            $($(#[$doc])* pub $name: u64,)*
+            /// Swap slots in use (4 KiB each).
+            pub slots_used: u64,
+            /// Bytes of region memory mapped now.
+            pub resident_bytes: u64,
+            /// Bytes held in the swap cache now (clean copies and pages under I/O).
+            pub cached_bytes: u64,
+            /// Bytes of engine metadata (page maps, swap map) counted against the budget.
+            pub metadata_bytes: u64,
+            /// Highest resident + cached + metadata seen.
+            pub peak_used_bytes: u64,
+        }
+
+        impl EventCounters {
+            /// Copy the event counters into a snapshot (gauges left zero).
+            pub fn snapshot(&self) -> Counters {
+                Counters { $($name: self.$name.load(Relaxed),)* ..Default::default() }
+            }
+        }
+
+        impl Counters {
+            /// Field-wise difference `self - earlier` of the event counters (gauges kept from self).
+            pub fn since(&self, earlier: &Counters) -> Counters {
+                Counters { $($name: self.$name.saturating_sub(earlier.$name),)* ..*self }
+            }
+        }
+    };
+}
+
+counters! {
+    /// Pages read from the backend (4 KiB units).
+    pswpin,
+    /// Pages written to the backend (4 KiB units).
+    pswpout,
+    /// Pages read ahead (not asked for by a fault).
+    swap_ra,
+    /// Faults that found a read-ahead page in the swap cache.
+    swap_ra_hit,
+    /// 2 MiB units written whole to one cluster.
+    thp_swpout,
+    /// 2 MiB units that could not get a whole cluster and were written as 4 KiB slots.
+    thp_swpout_fallback,
+    /// 2 MiB units read back whole.
+    thp_swpin,
+    /// 2 MiB units read back in pieces.
+    thp_swpin_fallback,
+    /// Faults that waited for a backend read.
+    majflt,
+    /// Faults served without backend I/O (first touch, swap cache).
+    minflt,
+    /// Faults served from the swap cache.
+    swapcache_hit,
+    /// Write-protect faults (first write to a clean page).
+    wpflt,
+    /// Slots freed because their copy went stale (seed 001).
+    stale_slot_freed,
+    /// Clean pages evicted without a write.
+    clean_evicted,
+    /// Pages moved out of the region by reclaim.
+    evicted,
+    /// Backend I/O errors seen (including injected ones).
+    io_errors,
+    /// Backend writes issued (requests, not pages).
+    write_requests,
+    /// Backend reads issued (requests, not pages).
+    read_requests,
+    /// Faults that had to wait for reclaim to make room.
+    direct_reclaim,
+}
+
+impl Counters {
+    /// Readahead hit rate in percent (0 when nothing was read ahead).
+    pub fn ra_hit_pct(&self) -> f64 {
+        if self.swap_ra == 0 {
+            0.0
+        } else {
+            100.0 * self.swap_ra_hit as f64 / self.swap_ra as f64
+        }
+    }
+}

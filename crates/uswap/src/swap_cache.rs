@@ -1,0 +1,1 @@
+//! swap_cache (in progress)

@@ -1,0 +1,1 @@
+//! uffd (in progress)
