@@ -1,1 +1,325 @@
-//! backend (in progress)
+//! The swap backend: a file or block device opened with O_DIRECT, written and read
+//! through each thread's io_uring (see `fault::Worker`).
+//!
+//! Placement rules, so that swapped data never outlives the process and never sits
+//! readable by others:
+//! - no path: an `O_TMPFILE` (unnamed, mode 0600) in `$TMPDIR`, else `/var/tmp`;
+//! - a directory: an `O_TMPFILE` in it;
+//! - a path that does not exist: created 0600 and unlinked at once (the space is
+//!   freed when the pool closes, even after a crash);
+//! - a block device: used as is (its size is the capacity).
+//!
+//! O_DIRECT keeps the page cache from holding swapped data outside the budget; a
+//! filesystem that refuses O_DIRECT (tmpfs) is refused with a hint.
+
+use crate::error::{Error, Result};
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Granularity in which a regular swap file is extended (fallocate).
+const GROW_STEP: u64 = 64 << 20;
+
+/// An open swap file or device.
+#[derive(Debug)]
+pub struct SwapFile {
+    file: File,
+    /// What the user sees in messages.
+    desc: PathBuf,
+    /// Bytes usable now (a multiple of 2 MiB).
+    capacity: AtomicU64,
+    /// `Some(n)`: the user fixed the size (or it is a device); never grow past it.
+    fixed: Option<u64>,
+    /// Serializes growth.
+    grow_lock: Mutex<()>,
+    is_block: bool,
+    rotational: Option<bool>,
+}
+
+fn swap_err(path: &Path, source: std::io::Error, hint: &str) -> Error {
+    Error::SwapFile {
+        path: path.to_path_buf(),
+        source,
+        hint: hint.to_string(),
+    }
+}
+
+fn odirect_hint(e: &std::io::Error) -> &'static str {
+    if e.raw_os_error() == Some(libc::EINVAL) {
+        " (the filesystem does not support O_DIRECT, e.g. tmpfs: choose a directory on a disk with --swap-file)"
+    } else if e.raw_os_error() == Some(libc::EACCES) || e.raw_os_error() == Some(libc::EPERM) {
+        " (no permission: choose a writable directory with --swap-file)"
+    } else if e.raw_os_error() == Some(libc::ENOENT) {
+        " (the directory does not exist)"
+    } else {
+        ""
+    }
+}
+
+impl SwapFile {
+    /// Open the backend. `size`: fixed capacity in bytes, or `None` to grow on demand.
+    pub fn open(path: Option<&Path>, size: Option<u64>) -> Result<SwapFile> {
+        let (file, desc) = match path {
+            None => {
+                let mut dirs: Vec<PathBuf> = Vec::new();
+                if let Some(t) = std::env::var_os("TMPDIR") {
+                    dirs.push(PathBuf::from(t));
+                }
+                dirs.push(PathBuf::from("/var/tmp"));
+                dirs.push(PathBuf::from("/tmp"));
+                let mut last = None;
+                let mut found = None;
+                for d in dirs {
+                    match open_tmpfile(&d) {
+                        Ok(f) => {
+                            found = Some((f, d));
+                            break;
+                        }
+                        Err(e) => last = Some((d, e)),
+                    }
+                }
+                match found {
+                    Some(x) => x,
+                    None => {
+                        let (d, e) = last.expect("at least one directory was tried");
+                        let hint = odirect_hint(&e);
+                        return Err(swap_err(&d, e, hint));
+                    }
+                }
+            }
+            Some(p) => match std::fs::metadata(p) {
+                Ok(m) if m.is_dir() => (open_tmpfile(p).map_err(|e| {
+                            let h = odirect_hint(&e);
+                            swap_err(p, e, h)
+                        })?, p.to_path_buf()),
+                Ok(m) if m.file_type().is_block_device() => {
+                    let f = std::fs::OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .custom_flags(libc::O_DIRECT | libc::O_CLOEXEC | libc::O_EXCL)
+                        .open(p)
+                        .map_err(|e| swap_err(p, e, " (is the device in use or mounted?)"))?;
+                    (f, p.to_path_buf())
+                }
+                Ok(_) => {
+                    return Err(swap_err(
+                        p,
+                        std::io::Error::from_raw_os_error(libc::EEXIST),
+                        " (uswap will not overwrite an existing file: give a new path, a directory or a block device)",
+                    ))
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    let f = std::fs::OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .create_new(true)
+                        .mode(0o600)
+                        .custom_flags(libc::O_DIRECT | libc::O_CLOEXEC)
+                        .open(p)
+                        .map_err(|e| {
+                            let h = odirect_hint(&e);
+                            swap_err(p, e, h)
+                        })?;
+                    // The name goes now; the space goes when the pool closes.
+                    std::fs::remove_file(p).map_err(|e| swap_err(p, e, ""))?;
+                    (f, p.to_path_buf())
+                }
+                Err(e) => return Err(swap_err(p, e, "")),
+            },
+        };
+        let meta = file.metadata().map_err(|e| swap_err(&desc, e, ""))?;
+        let is_block = meta.file_type().is_block_device();
+        let rotational = detect_rotational(&file, is_block);
+        let fixed = if is_block {
+            let dev_size = block_size(file.as_raw_fd()).map_err(|e| swap_err(&desc, e, ""))?;
+            let cap = size.map_or(dev_size, |s| s.min(dev_size));
+            Some(cap)
+        } else {
+            size
+        };
+        let sf = SwapFile {
+            file,
+            desc,
+            capacity: AtomicU64::new(0),
+            fixed: fixed.map(|f| f & !(crate::UNIT_SIZE as u64 - 1)),
+            grow_lock: Mutex::new(()),
+            is_block,
+            rotational,
+        };
+        if let Some(cap) = sf.fixed {
+            if cap == 0 {
+                return Err(swap_err(
+                    &sf.desc,
+                    std::io::Error::from_raw_os_error(libc::ENOSPC),
+                    " (swap size below 2 MiB)",
+                ));
+            }
+            if is_block {
+                sf.capacity.store(cap, Ordering::Release);
+            } else {
+                sf.ensure(cap)?;
+            }
+        }
+        Ok(sf)
+    }
+
+    /// The raw fd for io_uring.
+    pub fn raw(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+
+    /// Where it lives, for messages.
+    pub fn desc(&self) -> &Path {
+        &self.desc
+    }
+
+    /// Bytes usable now.
+    pub fn capacity(&self) -> u64 {
+        self.capacity.load(Ordering::Acquire)
+    }
+
+    /// The fixed size, if any.
+    pub fn fixed_size(&self) -> Option<u64> {
+        self.fixed
+    }
+
+    /// `Some(true)` on a rotational device, `Some(false)` on SSD, `None` unknown.
+    pub fn rotational(&self) -> Option<bool> {
+        self.rotational
+    }
+
+    /// Make at least `bytes` usable: extend and preallocate a regular file (so that
+    /// O_DIRECT writes do not allocate blocks one by one and a full disk shows here,
+    /// not as a write error later). Returns the new capacity.
+    pub fn ensure(&self, bytes: u64) -> Result<u64> {
+        let _g = self.grow_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let cap = self.capacity();
+        if bytes <= cap {
+            return Ok(cap);
+        }
+        if self.is_block {
+            return Ok(cap);
+        }
+        let mut want = bytes.div_ceil(GROW_STEP) * GROW_STEP;
+        if let Some(f) = self.fixed {
+            want = want.min(f).max(bytes.min(f));
+        }
+        // SAFETY: fallocate on an fd we own, with a byte range.
+        let r = unsafe { libc::fallocate(self.raw(), 0, cap as i64, (want - cap) as i64) };
+        if r != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
+                // No preallocation on this filesystem: a sparse extension still works.
+                self.file
+                    .set_len(want)
+                    .map_err(|e| swap_err(&self.desc, e, ""))?;
+            } else {
+                // Give back what a partial fallocate may have taken.
+                let _ = self.file.set_len(cap);
+                let hint = if e.raw_os_error() == Some(libc::ENOSPC) {
+                    " (the disk is full)"
+                } else {
+                    ""
+                };
+                return Err(swap_err(&self.desc, e, hint));
+            }
+        }
+        self.capacity.store(want, Ordering::Release);
+        Ok(want)
+    }
+}
+
+fn open_tmpfile(dir: &Path) -> std::io::Result<File> {
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: open(2) with a valid NUL-terminated path; O_TMPFILE creates an unnamed
+    // file (mode 0600) that vanishes when the last fd closes.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_TMPFILE | libc::O_RDWR | libc::O_DIRECT | libc::O_CLOEXEC,
+            0o600,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fresh fd owned by nobody else.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+fn block_size(fd: RawFd) -> std::io::Result<u64> {
+    let mut size: u64 = 0;
+    const BLKGETSIZE64: u64 = 0x80081272;
+    // SAFETY: BLKGETSIZE64 writes one u64 through the pointer.
+    let r = unsafe { libc::ioctl(fd, BLKGETSIZE64 as _, &mut size as *mut u64) };
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(size)
+    }
+}
+
+fn detect_rotational(file: &File, is_block: bool) -> Option<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let m = file.metadata().ok()?;
+    let dev = if is_block { m.rdev() } else { m.dev() };
+    let (maj, min) = (libc::major(dev), libc::minor(dev));
+    let base = PathBuf::from(format!("/sys/dev/block/{maj}:{min}"));
+    for p in [
+        base.join("queue/rotational"),
+        base.join("../queue/rotational"),
+    ] {
+        if let Ok(s) = std::fs::read_to_string(&p) {
+            return Some(s.trim() == "1");
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tmpfile_is_unnamed_and_grows() {
+        let dir = std::env::temp_dir();
+        let before: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        let f = SwapFile::open(None, None).unwrap();
+        assert_eq!(f.capacity(), 0);
+        assert!(f.ensure(3 << 20).unwrap() >= 3 << 20);
+        let after: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert!(after
+            .iter()
+            .all(|p| before.contains(p) || !p.to_string_lossy().contains("uswap")));
+    }
+
+    #[test]
+    fn new_path_is_unlinked_at_once() {
+        let p = std::env::temp_dir().join(format!("uswap-test-{}", std::process::id()));
+        let f = SwapFile::open(Some(&p), Some(4 << 20)).unwrap();
+        assert!(!p.exists(), "swap file name must be gone while in use");
+        assert_eq!(f.capacity(), 4 << 20);
+    }
+
+    #[test]
+    fn bad_paths_are_clear_errors() {
+        let e = SwapFile::open(Some(Path::new("/nonexistent-dir/x/swap")), None).unwrap_err();
+        assert!(e.to_string().contains("/nonexistent-dir/x/swap"), "{e}");
+        let existing = std::env::temp_dir().join(format!("uswap-existing-{}", std::process::id()));
+        std::fs::write(&existing, b"keep me").unwrap();
+        let e = SwapFile::open(Some(&existing), None).unwrap_err();
+        assert!(e.to_string().contains("will not overwrite"), "{e}");
+        assert_eq!(std::fs::read(&existing).unwrap(), b"keep me");
+        std::fs::remove_file(existing).unwrap();
+    }
+}

@@ -96,6 +96,9 @@ pub enum Error {
 
 impl Error {
     pub(crate) fn sys(op: &'static str) -> Self {
-        Error::Sys { op, source: std::io::Error::last_os_error() }
+        Error::Sys {
+            op,
+            source: std::io::Error::last_os_error(),
+        }
     }
 }

@@ -1,3 +1,473 @@
-//! fault (in progress)
-/// The engine shared by a pool's threads.
-pub struct Engine;
+//! Fault handling: a missing fault is served from the zero page (first touch), the
+//! swap cache (a copy still in RAM) or the backend (one read, plus readahead); a
+//! write-protect fault marks a clean page dirty and frees its now stale slot
+//! (seed 001). Reads complete on the thread that issued them, which maps the page
+//! and wakes the faulting thread with the same ioctl.
+
+use crate::engine::{CachedRef, Engine, ThreadCtx};
+use crate::io::{Op, OpKind, TOKEN_EVENT, TOKEN_UFFD};
+use crate::pagemap::{PageState, RegionInner, UnitPages};
+use crate::slots::Slot;
+use crate::swap_cache::{CacheState, Entry, Lookup, Owner};
+use crate::uffd::{Fault, Wake};
+use crate::{ReadaheadPolicy, StaleSlotPolicy, PAGE_SIZE, UNIT_PAGES, UNIT_SIZE};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, OnceLock};
+
+/// A 2 MiB mapping that is never written: UFFDIO_COPY from it fills pages with
+/// zeros without any RSS of its own (reads map the kernel's zero page).
+fn zero_source() -> usize {
+    static ZERO: OnceLock<usize> = OnceLock::new();
+    *ZERO.get_or_init(|| {
+        // SAFETY: a fresh read-only anonymous mapping that is never unmapped.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                UNIT_SIZE,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert!(p != libc::MAP_FAILED, "cannot map the zero source");
+        p as usize
+    })
+}
+
+impl Engine {
+    /// Dispatch one fault message.
+    pub(crate) fn handle_fault(&self, ctx: &mut ThreadCtx, f: Fault) {
+        let addr = f.addr & !(PAGE_SIZE - 1);
+        let Some(r) = self.region_by_addr(addr) else {
+            // Not ours any more (region dropped while the thread faulted): let it retry.
+            let _ = self.uffd.wake(addr, PAGE_SIZE);
+            return;
+        };
+        let page = ((addr - r.base) / PAGE_SIZE) as u64;
+        if f.wp {
+            self.handle_wp(&r, page);
+        } else {
+            self.handle_missing(ctx, &r, page, f.write);
+        }
+    }
+
+    fn handle_missing(&self, ctx: &mut ThreadCtx, r: &Arc<RegionInner>, page: u64, write: bool) {
+        // Room first, with no lock held: reclaim takes unit locks.
+        let want = 1 + self.cfg.readahead_max_pages as i64;
+        self.make_room(ctx, r, want);
+        let unit = r.unit_of(page);
+        let mut u = unit.lock();
+        if r.is_dead() {
+            let _ = self.uffd.wake(r.page_addr(page), PAGE_SIZE);
+            return;
+        }
+        unit.referenced.store(true, Relaxed);
+        let i = page as usize % UNIT_PAGES;
+        match u.get(i) {
+            PageState::Untouched => self.zero_fill(r, &mut u, page, write),
+            PageState::Resident { .. } => {
+                let _ = self.uffd.wake(r.page_addr(page), PAGE_SIZE);
+            }
+            PageState::Poisoned => {
+                let _ = self.uffd.poison(r.page_addr(page), PAGE_SIZE);
+            }
+            PageState::Swapped(slot) => self.swap_in(ctx, r, &mut u, page, slot),
+        }
+        self.lru_add(r, page, &u);
+    }
+
+    /// Put the unit of `page` on the reclaim list if it has resident pages and is not
+    /// there yet. Called under the unit's lock.
+    pub(crate) fn lru_add(&self, r: &RegionInner, page: u64, u: &UnitPages) {
+        let unit = r.unit_of(page);
+        if u.resident > 0 && !unit.on_lru.swap(true, Relaxed) {
+            let key = (r.id as u64) << 32 | page / UNIT_PAGES as u64;
+            self.lru
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push_back(key);
+        }
+        self.note_peak();
+    }
+
+    /// First touch: zeros, no I/O. A write maps them writable (dirty); a read maps
+    /// them write-protected, so that clean zeros can be dropped without a write.
+    /// Sequential first writes fault-around: the window doubles up to the rest of
+    /// the unit, so a program filling memory takes one fault per 2 MiB, not 512.
+    fn zero_fill(&self, r: &RegionInner, u: &mut UnitPages, page: u64, write: bool) {
+        let i = page as usize % UNIT_PAGES;
+        let mut n = 1usize;
+        if write {
+            let mut za = r.zero_ahead.lock().unwrap_or_else(|p| p.into_inner());
+            za.win = if page == za.last && za.win > 0 {
+                (za.win * 2).min(UNIT_PAGES as u32)
+            } else {
+                1
+            };
+            let room = (self.limit_pages() - self.usage_pages()).max(1) as usize;
+            let max = (za.win as usize).min(UNIT_PAGES - i).min(room);
+            while n < max && u.get(i + n) == PageState::Untouched {
+                n += 1;
+            }
+            za.last = page + n as u64;
+        }
+        let addr = r.page_addr(page);
+        if let Err(e) = self.uffd.copy(
+            addr,
+            zero_source() as *const u8,
+            n * PAGE_SIZE,
+            !write,
+            Wake::Yes,
+        ) {
+            self.map_failed("zero fill", addr, e);
+            return;
+        }
+        for k in 0..n {
+            u.set(
+                i + k,
+                PageState::Resident {
+                    dirty: write,
+                    slot: None,
+                },
+            );
+        }
+        u.resident += n as u32;
+        self.resident.fetch_add(n as i64, Relaxed);
+        r.counters.minflt.fetch_add(1, Relaxed);
+    }
+
+    fn map_failed(&self, what: &str, addr: usize, e: std::io::Error) {
+        // ENOENT/EINVAL: the range went away under us (region dropped); nothing waits.
+        if !matches!(
+            e.raw_os_error(),
+            Some(libc::ENOENT) | Some(libc::EINVAL) | Some(libc::ESRCH)
+        ) {
+            eprintln!("uswap: {what} at {addr:#x} failed: {e}");
+        }
+        let _ = self.uffd.wake(addr, PAGE_SIZE);
+    }
+
+    /// A fault on a swapped page: the swap cache, or a read (deduplicated).
+    fn swap_in(
+        &self,
+        ctx: &mut ThreadCtx,
+        r: &Arc<RegionInner>,
+        u: &mut UnitPages,
+        page: u64,
+        slot: Slot,
+    ) {
+        let owner = Owner { region: r.id, page };
+        match self.cache.fault_lookup(slot, owner) {
+            Lookup::Hit(e) => {
+                r.counters.minflt.fetch_add(1, Relaxed);
+                r.counters.swapcache_hit.fetch_add(1, Relaxed);
+                if e.readahead {
+                    r.counters.swap_ra_hit.fetch_add(1, Relaxed);
+                    match r.policy.readahead {
+                        ReadaheadPolicy::Vma => {
+                            r.ra.lock().unwrap_or_else(|p| p.into_inner()).hit()
+                        }
+                        ReadaheadPolicy::Cluster => self.cluster_ra.hit(),
+                        ReadaheadPolicy::Off => {}
+                    }
+                }
+                self.map_cached(r, u, page, &[slot]);
+            }
+            Lookup::InFlight => {}
+            Lookup::Miss => {
+                r.counters.majflt.fetch_add(1, Relaxed);
+                self.slots.set_cache(slot);
+                self.cached.fetch_add(1, Relaxed);
+                let mut reads = vec![(r.clone(), page, slot)];
+                self.readahead(r, u, page, slot, &mut reads);
+                self.queue_reads(ctx, reads);
+            }
+        }
+    }
+
+    /// Pick readahead pages around a fault and insert them in the swap cache.
+    fn readahead(
+        &self,
+        r: &Arc<RegionInner>,
+        u: &mut UnitPages,
+        page: u64,
+        slot: Slot,
+        reads: &mut Vec<(Arc<RegionInner>, u64, Slot)>,
+    ) {
+        let room = (self.limit_pages() - self.usage_pages()).max(0) as u64;
+        let max = self.cfg.readahead_max_pages;
+        match r.policy.readahead {
+            ReadaheadPolicy::Off => {}
+            ReadaheadPolicy::Vma => {
+                let w =
+                    r.ra.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .window(page, r.pages(), max);
+                for p in w.start..w.end {
+                    if p == page || reads.len() as u64 > room {
+                        continue;
+                    }
+                    if let PageState::Swapped(s) = u.get(p as usize % UNIT_PAGES) {
+                        self.try_readahead(r, p, s, reads);
+                    }
+                }
+            }
+            ReadaheadPolicy::Cluster => {
+                let (lo, hi) = self.cluster_ra.window(slot, self.slots.capacity(), max);
+                for s in lo..hi {
+                    if s == slot || reads.len() as u64 > room {
+                        continue;
+                    }
+                    let Some((rid, p)) = self.owners.get(s) else {
+                        continue;
+                    };
+                    let same_unit =
+                        rid == r.id && p / UNIT_PAGES as u64 == page / UNIT_PAGES as u64;
+                    if same_unit {
+                        if u.get(p as usize % UNIT_PAGES) == PageState::Swapped(s) {
+                            self.try_readahead(r, p, s, reads);
+                        }
+                        continue;
+                    }
+                    let Some(or) = self.region_by_id(rid) else {
+                        continue;
+                    };
+                    if p >= or.pages() {
+                        continue;
+                    }
+                    // Another unit's lock: only if free (lock order is per unit; never wait).
+                    let Some(ou) = or.unit_of(p).try_lock() else {
+                        continue;
+                    };
+                    if !or.is_dead() && ou.get(p as usize % UNIT_PAGES) == PageState::Swapped(s) {
+                        self.try_readahead(&or, p, s, reads);
+                    }
+                }
+            }
+        }
+    }
+
+    fn try_readahead(
+        &self,
+        r: &Arc<RegionInner>,
+        p: u64,
+        s: Slot,
+        reads: &mut Vec<(Arc<RegionInner>, u64, Slot)>,
+    ) {
+        let e = Entry {
+            owner: Owner {
+                region: r.id,
+                page: p,
+            },
+            state: CacheState::Reading,
+            readahead: true,
+            waiters: false,
+        };
+        if self.cache.insert(s, e) {
+            self.slots.set_cache(s);
+            self.cached.fetch_add(1, Relaxed);
+            r.counters.swap_ra.fetch_add(1, Relaxed);
+            reads.push((r.clone(), p, s));
+        }
+    }
+
+    /// Queue reads, one request per run of consecutive slots of one region.
+    fn queue_reads(&self, ctx: &mut ThreadCtx, mut reads: Vec<(Arc<RegionInner>, u64, Slot)>) {
+        reads.sort_by_key(|(r, _, s)| (r.id, *s));
+        let mut i = 0;
+        while i < reads.len() {
+            let mut j = i + 1;
+            while j < reads.len()
+                && reads[j].0.id == reads[i].0.id
+                && reads[j].2 == reads[j - 1].2 + 1
+                && j - i < UNIT_PAGES
+            {
+                j += 1;
+            }
+            let pages: Vec<u64> = reads[i..j].iter().map(|x| x.1).collect();
+            let r = reads[i].0.clone();
+            r.counters.read_requests.fetch_add(1, Relaxed);
+            ctx.ring.queue(Op::new(OpKind::Read, r, pages, reads[i].2));
+            i = j;
+        }
+    }
+
+    /// Map cached copies of consecutive pages `page..page+slots.len()` from the shadow
+    /// into the region, write-protected (clean, slot valid), and free the shadow
+    /// pages. The caller removed their cache entries. Under the unit's lock.
+    pub(crate) fn map_cached(&self, r: &RegionInner, u: &mut UnitPages, page: u64, slots: &[Slot]) {
+        let n = slots.len();
+        let (dst, src) = (r.page_addr(page), r.shadow_addr(page));
+        if let Err(e) = self
+            .uffd
+            .copy(dst, src as *const u8, n * PAGE_SIZE, true, Wake::Yes)
+        {
+            self.map_failed("swap-in copy", dst, e);
+        }
+        self.dontneed(&[(src, n * PAGE_SIZE)]);
+        let i = page as usize % UNIT_PAGES;
+        for (k, &s) in slots.iter().enumerate() {
+            self.slots.clear_cache(s);
+            u.set(
+                i + k,
+                PageState::Resident {
+                    dirty: false,
+                    slot: Some(s),
+                },
+            );
+        }
+        u.resident += n as u32;
+        self.resident.fetch_add(n as i64, Relaxed);
+        self.cached.fetch_sub(n as i64, Relaxed);
+    }
+
+    /// First write to a clean page: it becomes dirty, and its slot is stale.
+    fn handle_wp(&self, r: &RegionInner, page: u64) {
+        let addr = r.page_addr(page);
+        let mut u = r.unit_of(page).lock();
+        if r.is_dead() {
+            let _ = self.uffd.wake(addr, PAGE_SIZE);
+            return;
+        }
+        let i = page as usize % UNIT_PAGES;
+        match u.get(i) {
+            PageState::Resident { dirty: false, slot } => {
+                let slot = match (slot, self.cfg.stale_slot_policy) {
+                    (Some(s), StaleSlotPolicy::FreeOnWrite) => {
+                        self.slots.put(s);
+                        r.counters.stale_slot_freed.fetch_add(1, Relaxed);
+                        None
+                    }
+                    (s, _) => s,
+                };
+                u.set(i, PageState::Resident { dirty: true, slot });
+                r.counters.wpflt.fetch_add(1, Relaxed);
+                if let Err(e) = self.uffd.write_protect(addr, PAGE_SIZE, false, Wake::Yes) {
+                    self.map_failed("write unprotect", addr, e);
+                }
+            }
+            PageState::Resident { dirty: true, .. } => {
+                let _ = self.uffd.write_protect(addr, PAGE_SIZE, false, Wake::Yes);
+            }
+            // Evicted meanwhile: the retry takes a missing fault.
+            _ => {
+                let _ = self.uffd.wake(addr, PAGE_SIZE);
+            }
+        }
+    }
+
+    /// Handle completions reaped from a ring.
+    pub(crate) fn process_cqes(&self, ctx: &mut ThreadCtx, cqes: &[(u64, i32)]) {
+        for &(ud, res) in cqes {
+            match ud {
+                TOKEN_UFFD => ctx.uffd_armed = false,
+                TOKEN_EVENT => {
+                    crate::engine::drain_eventfd_raw(ctx.event_fd);
+                    ctx.ring.poll(ctx.event_fd, TOKEN_EVENT);
+                }
+                _ => self.complete(ctx, ud, res),
+            }
+        }
+    }
+
+    /// One backend request finished.
+    pub(crate) fn complete(&self, ctx: &mut ThreadCtx, ud: u64, mut res: i32) {
+        let Some(op) = ctx.ring.take(ud) else { return };
+        let inj = self.cfg.inject;
+        match op.kind {
+            OpKind::Read => {
+                let n = self.read_seq.fetch_add(1, Relaxed) + 1;
+                if inj.fail_read_every > 0 && n % inj.fail_read_every == 0 {
+                    res = -libc::EIO;
+                }
+                self.complete_read(ctx, op, res);
+            }
+            OpKind::Write => {
+                self.writes_inflight.fetch_sub(1, Relaxed);
+                let n = self.write_seq.fetch_add(1, Relaxed) + 1;
+                if inj.fail_write_every > 0 && n % inj.fail_write_every == 0 {
+                    res = -libc::EIO;
+                }
+                self.complete_write(ctx, op, res);
+            }
+        }
+    }
+
+    fn complete_read(&self, ctx: &mut ThreadCtx, mut op: Op, res: i32) {
+        let r = op.region.clone();
+        let ok = res >= 0 && res as usize == op.bytes();
+        if !ok && !r.is_dead() {
+            r.counters.io_errors.fetch_add(1, Relaxed);
+            if op.attempt < 2 {
+                op.attempt += 1;
+                ctx.ring.queue(op);
+                return;
+            }
+        }
+        // Pages of one request may span units (cluster readahead): lock each in turn.
+        let mut k = 0;
+        while k < op.pages.len() {
+            let unit_no = op.pages[k] / UNIT_PAGES as u64;
+            let mut u = r.unit_of(op.pages[k]).lock();
+            let mut to_map: Vec<(u64, Slot)> = Vec::new();
+            while k < op.pages.len() && op.pages[k] / UNIT_PAGES as u64 == unit_no {
+                let (page, slot) = (op.pages[k], op.slot + k as u64);
+                k += 1;
+                if r.is_dead() {
+                    self.drop_cache_entry(slot);
+                    continue;
+                }
+                if ok {
+                    r.counters.pswpin.fetch_add(1, Relaxed);
+                    match self.cache.complete_io(slot) {
+                        Some(e) if e.waiters => to_map.push((page, slot)),
+                        Some(_) => self.push_inactive(r.id, page, slot),
+                        None => {}
+                    }
+                } else {
+                    let waited = self.cache.get(slot).is_some_and(|e| e.waiters);
+                    self.drop_cache_entry(slot);
+                    self.dontneed(&[(r.shadow_addr(page), PAGE_SIZE)]);
+                    if waited {
+                        // The data is gone: the program gets SIGBUS on this page, as it
+                        // would from kernel swap after an I/O error.
+                        u.set(page as usize % UNIT_PAGES, PageState::Poisoned);
+                        self.slots.put(slot);
+                        let _ = self.uffd.poison(r.page_addr(page), PAGE_SIZE);
+                    }
+                }
+            }
+            // Map runs of consecutive pages with one copy each.
+            let mut a = 0;
+            while a < to_map.len() {
+                let mut b = a + 1;
+                while b < to_map.len() && to_map[b].0 == to_map[b - 1].0 + 1 {
+                    b += 1;
+                }
+                let slots: Vec<Slot> = to_map[a..b].iter().map(|x| x.1).collect();
+                self.map_cached(&r, &mut u, to_map[a].0, &slots);
+                a = b;
+            }
+            if !to_map.is_empty() {
+                self.lru_add(&r, to_map[0].0, &u);
+            }
+        }
+    }
+
+    /// Remove a cache entry whose page will not be used (dead region, failed I/O).
+    pub(crate) fn drop_cache_entry(&self, slot: Slot) {
+        if self.cache.remove(slot).is_some() {
+            self.slots.clear_cache(slot);
+            self.cached.fetch_sub(1, Relaxed);
+        }
+    }
+
+    /// A clean copy joins the tail of the inactive list.
+    pub(crate) fn push_inactive(&self, region: u32, page: u64, slot: Slot) {
+        self.inactive
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_back(CachedRef { region, page, slot });
+    }
+}

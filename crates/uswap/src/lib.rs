@@ -17,8 +17,10 @@
 //! ```
 
 pub mod backend;
+mod engine;
 pub mod error;
 mod fault;
+mod io;
 pub mod pagemap;
 pub mod pool;
 pub mod readahead;
@@ -31,7 +33,9 @@ pub mod swap_cache;
 pub mod uffd;
 
 pub use error::{Error, Result};
-pub use pool::{DeviceKind, FaultInjection, Pool, PoolBuilder, ReadaheadPolicy, StaleSlotPolicy, UnitPolicy};
+pub use pool::{
+    DeviceKind, FaultInjection, Pool, PoolBuilder, ReadaheadPolicy, StaleSlotPolicy, UnitPolicy,
+};
 pub use region::{Region, RegionOptions};
 pub use size::{format_size, parse_size};
 pub use stats::Counters;

@@ -1,3 +1,264 @@
-//! pagemap (in progress)
+//! A region's page map: the state of every 4 KiB page (the kernel's page table plus
+//! swap entries), kept per 2 MiB unit behind that unit's lock.
+//!
+//! Each region has two mappings of the same size:
+//! - the *region* itself, registered MISSING + WP: what the program touches;
+//! - its *shadow*, registered WP only (so that UFFDIO_MOVE may target it, while its
+//!   own faults stay ordinary kernel faults): the swap cache's page for region page
+//!   `i` lives at shadow page `i`. Eviction moves pages region → shadow (no copy,
+//!   atomic against the program's writes); swap-in reads into the shadow page and
+//!   maps it into the region.
+//!
+//! Invariant: a page's bytes are in at most one of {region, shadow}; the shadow
+//! page of `i` is touched only under unit `i / 512`'s lock, except by I/O in flight,
+//! which the swap cache entry records.
+
+use crate::readahead::VmaReadahead;
+use crate::slots::Slot;
+use crate::stats::EventCounters;
+use crate::{PAGE_SIZE, UNIT_PAGES};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+/// State of one page, packed in a u64: kind in bits 0..2, dirty in bit 3, slot + 1
+/// in bits 16..64 (0 = no slot).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageState {
+    /// Never written (or clean zeros given back): first touch costs no I/O.
+    Untouched,
+    /// Mapped in the region. `slot`: a copy on the backend — valid when clean, stale
+    /// (kept only under `StaleSlotPolicy::KeepUntilReclaim`) when dirty.
+    Resident {
+        /// Written since it was mapped (write protection was lifted).
+        dirty: bool,
+        /// Backend copy, if any.
+        slot: Option<Slot>,
+    },
+    /// Not mapped; the data is in `slot`, and maybe also in the swap cache.
+    Swapped(Slot),
+    /// The backend lost this page (read error): access raises SIGBUS.
+    Poisoned,
+}
+
+const KIND_MASK: u64 = 0b111;
+const DIRTY: u64 = 1 << 3;
+
+impl PageState {
+    /// Pack into a word.
+    pub fn pack(self) -> u64 {
+        let slot_bits = |s: Option<Slot>| s.map_or(0, |s| (s + 1) << 16);
+        match self {
+            PageState::Untouched => 0,
+            PageState::Resident { dirty, slot } => {
+                1 | if dirty { DIRTY } else { 0 } | slot_bits(slot)
+            }
+            PageState::Swapped(s) => 2 | slot_bits(Some(s)),
+            PageState::Poisoned => 3,
+        }
+    }
+
+    /// Unpack a word written by [`PageState::pack`].
+    pub fn unpack(w: u64) -> PageState {
+        let slot = match w >> 16 {
+            0 => None,
+            s => Some(s - 1),
+        };
+        match w & KIND_MASK {
+            0 => PageState::Untouched,
+            1 => PageState::Resident {
+                dirty: w & DIRTY != 0,
+                slot,
+            },
+            2 => PageState::Swapped(slot.unwrap_or(0)),
+            _ => PageState::Poisoned,
+        }
+    }
+}
+
+/// The pages of one 2 MiB unit; guarded by the unit's mutex.
+pub struct UnitPages {
+    /// Packed [`PageState`] of each page.
+    words: Box<[u64; UNIT_PAGES]>,
+    /// Pages of this unit mapped in the region.
+    pub resident: u32,
+}
+
+impl UnitPages {
+    /// State of page `i` (0..512) of the unit.
+    pub fn get(&self, i: usize) -> PageState {
+        PageState::unpack(self.words[i])
+    }
+    /// Set the state of page `i`.
+    pub fn set(&mut self, i: usize, s: PageState) {
+        self.words[i] = s.pack();
+    }
+}
+
+/// One 2 MiB unit: its lock and its reclaim hints.
+pub struct Unit {
+    pages: Mutex<UnitPages>,
+    /// A fault hit this unit since reclaim last looked (the second-chance bit; no
+    /// accessed bits are readable from user space).
+    pub referenced: AtomicBool,
+    /// The unit is on the reclaim list.
+    pub on_lru: AtomicBool,
+}
+
+impl Unit {
+    fn new() -> Unit {
+        Unit {
+            pages: Mutex::new(UnitPages {
+                words: Box::new([0; UNIT_PAGES]),
+                resident: 0,
+            }),
+            referenced: AtomicBool::new(false),
+            on_lru: AtomicBool::new(false),
+        }
+    }
+
+    /// Lock the unit's pages.
+    pub fn lock(&self) -> MutexGuard<'_, UnitPages> {
+        self.pages.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Lock the unit's pages if nobody holds them.
+    pub fn try_lock(&self) -> Option<MutexGuard<'_, UnitPages>> {
+        match self.pages.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+}
+
+/// Per-region policies resolved from the pool's defaults.
+#[derive(Debug, Clone, Copy)]
+pub struct RegionPolicy {
+    /// Swap unit.
+    pub unit: crate::UnitPolicy,
+    /// Readahead policy.
+    pub readahead: crate::ReadaheadPolicy,
+}
+
+/// First-touch fault-around state: sequential first writes map whole runs of zero
+/// pages at once, like readahead does for swapped pages.
+#[derive(Debug, Default)]
+pub struct ZeroAhead {
+    /// Last first-touch fault page.
+    pub last: u64,
+    /// Current window in pages.
+    pub win: u32,
+}
+
 /// A region's shared state.
-pub struct RegionInner;
+pub struct RegionInner {
+    /// Id, unique in the pool.
+    pub id: u32,
+    /// Start of the region mapping (2 MiB aligned).
+    pub base: usize,
+    /// Start of the shadow mapping (2 MiB aligned).
+    pub shadow: usize,
+    /// Length in bytes (a multiple of 2 MiB).
+    pub len: usize,
+    /// Policies.
+    pub policy: RegionPolicy,
+    /// The units.
+    pub units: Box<[Unit]>,
+    /// VMA readahead state (seed 004), per region.
+    pub ra: Mutex<VmaReadahead>,
+    /// First-touch fault-around state.
+    pub zero_ahead: Mutex<ZeroAhead>,
+    /// Counters of this region.
+    pub counters: EventCounters,
+    /// Set when the region is being dropped: completions must not touch its memory.
+    pub dead: AtomicBool,
+    /// Bytes of metadata charged to the budget for this region.
+    pub metadata_bytes: u64,
+}
+
+impl RegionInner {
+    /// Build the page map for a mapping pair.
+    pub fn new(
+        id: u32,
+        base: usize,
+        shadow: usize,
+        len: usize,
+        policy: RegionPolicy,
+    ) -> RegionInner {
+        let nunits = len / crate::UNIT_SIZE;
+        let units: Box<[Unit]> = (0..nunits).map(|_| Unit::new()).collect();
+        let metadata_bytes = (nunits * (std::mem::size_of::<Unit>() + 8 * UNIT_PAGES)) as u64;
+        RegionInner {
+            id,
+            base,
+            shadow,
+            len,
+            policy,
+            units,
+            ra: Mutex::new(VmaReadahead::default()),
+            zero_ahead: Mutex::new(ZeroAhead::default()),
+            counters: EventCounters::default(),
+            dead: AtomicBool::new(false),
+            metadata_bytes,
+        }
+    }
+
+    /// Pages in the region.
+    pub fn pages(&self) -> u64 {
+        (self.len / PAGE_SIZE) as u64
+    }
+
+    /// Whether `addr` is inside the region.
+    pub fn contains(&self, addr: usize) -> bool {
+        addr >= self.base && addr < self.base + self.len
+    }
+
+    /// Region address of page `p`.
+    pub fn page_addr(&self, p: u64) -> usize {
+        self.base + p as usize * PAGE_SIZE
+    }
+
+    /// Shadow address of page `p`.
+    pub fn shadow_addr(&self, p: u64) -> usize {
+        self.shadow + p as usize * PAGE_SIZE
+    }
+
+    /// The unit holding page `p`.
+    pub fn unit_of(&self, p: u64) -> &Unit {
+        &self.units[p as usize / UNIT_PAGES]
+    }
+
+    /// Whether the region is being dropped.
+    pub fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pack_roundtrip() {
+        for s in [
+            PageState::Untouched,
+            PageState::Resident {
+                dirty: false,
+                slot: None,
+            },
+            PageState::Resident {
+                dirty: true,
+                slot: Some(0),
+            },
+            PageState::Resident {
+                dirty: false,
+                slot: Some(123456789),
+            },
+            PageState::Swapped(0),
+            PageState::Swapped(1 << 40),
+            PageState::Poisoned,
+        ] {
+            assert_eq!(PageState::unpack(s.pack()), s);
+        }
+    }
+}

@@ -1,10 +1,13 @@
 //! The pool: a resident budget, a swap backend, the fault-handling and reclaim
 //! threads, and the regions created from it.
 
-use crate::error::{Error, Result};
+use crate::engine::Engine;
+use crate::error::Result;
+use crate::pagemap::RegionPolicy;
 use crate::region::{Region, RegionOptions};
 use crate::stats::Counters;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// How big a unit a region swaps in and out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -159,8 +162,11 @@ impl PoolBuilder {
 }
 
 /// A resident budget and a swap backend shared by regions.
+///
+/// Dropping the pool stops its threads once every region made from it is dropped
+/// too; the swap file disappears with it.
 pub struct Pool {
-    pub(crate) inner: std::sync::Arc<crate::fault::Engine>,
+    pub(crate) engine: Arc<Engine>,
 }
 
 impl Pool {
@@ -170,8 +176,9 @@ impl Pool {
     }
 
     fn new(cfg: PoolBuilder) -> Result<Pool> {
-        let _ = (&cfg, Error::sys("x"));
-        todo!()
+        Ok(Pool {
+            engine: Engine::start(cfg)?,
+        })
     }
 
     /// A region of `size` bytes (rounded up to 2 MiB) with the pool's default policies.
@@ -181,17 +188,56 @@ impl Pool {
 
     /// A region with its own policies.
     pub fn region_with(&self, size: u64, opts: RegionOptions) -> Result<Region> {
-        let _ = (size, opts);
-        todo!()
+        let policy = RegionPolicy {
+            unit: opts.unit.unwrap_or(self.engine.cfg.unit),
+            readahead: opts.readahead.unwrap_or(self.engine.cfg.readahead),
+        };
+        let inner = self.engine.create_region(size, policy)?;
+        self.engine.add_user();
+        Ok(Region {
+            engine: self.engine.clone(),
+            inner,
+        })
     }
 
     /// Totals over all regions, with the pool's gauges.
     pub fn counters(&self) -> Counters {
-        todo!()
+        self.engine.counters()
     }
 
     /// The budget in bytes.
     pub fn budget(&self) -> u64 {
-        todo!()
+        self.engine.cfg.budget
+    }
+
+    /// Swap capacity in bytes now.
+    pub fn swap_capacity(&self) -> u64 {
+        self.engine.swap.capacity()
+    }
+
+    /// Where the swap lives (the directory of an unnamed file, or the device).
+    pub fn swap_location(&self) -> &std::path::Path {
+        self.engine.swap.desc()
+    }
+
+    /// Whether slots are allocated the rotational way (shared scan base) or SSD way.
+    pub fn rotational(&self) -> bool {
+        self.engine.slots.policy() == crate::slots::AllocPolicy::Rotational
+    }
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("budget", &self.budget())
+            .field("swap", &self.swap_location())
+            .field("swap_capacity", &self.swap_capacity())
+            .finish()
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.engine.drop_user();
     }
 }

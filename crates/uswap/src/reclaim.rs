@@ -1,1 +1,399 @@
-//! reclaim (in progress)
+//! Reclaim: keeps resident + cached pages + metadata under the budget.
+//!
+//! Two lists, like the kernel's active/inactive LRUs but built from what user space
+//! can see (faults, not accessed bits):
+//! - `lru`: units (2 MiB) with resident pages, in the order they got them, with a
+//!   second-chance bit set by every fault in the unit (a CLOCK);
+//! - `inactive`: pages in the swap cache in the order they got there.
+//!
+//! Eviction takes a unit whole: its resident pages leave the region with one
+//! UFFDIO_MOVE per run into the shadow (no copy; atomic against the program's
+//! writes), clean pages whose slot is still valid become clean cache entries (no
+//! write), dirty ones get slots (contiguous runs from this thread's cluster) and
+//! leave as one gathered write per run. Trimming drops clean cache pages, oldest
+//! first, with one process_madvise per unit. A fault on a page still in the cache is
+//! the cheap second chance.
+
+use crate::engine::{Engine, ThreadCtx};
+use crate::io::{Op, OpKind};
+use crate::pagemap::{PageState, RegionInner, UnitPages};
+use crate::slots::{Slot, SlotRun};
+use crate::swap_cache::{CacheState, Entry, Owner};
+use crate::uffd::Wake;
+use crate::{PAGE_SIZE, UNIT_PAGES};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+/// Pages a direct reclaim frees beyond what the fault needs, so that the next
+/// faults do not reclaim again at once.
+const DIRECT_BATCH: i64 = 256;
+
+impl Engine {
+    /// Before a fault maps up to `want` pages: reclaim directly if that would cross
+    /// the budget; wake the reclaim thread above the high watermark.
+    pub(crate) fn make_room(&self, ctx: &mut ThreadCtx, r: &RegionInner, want: i64) {
+        let limit = self.limit_pages();
+        if self.usage_pages() + want > limit {
+            r.counters.direct_reclaim.fetch_add(1, Relaxed);
+            self.reclaim(ctx, limit - want - DIRECT_BATCH);
+        }
+        if self.usage_pages() > self.high_pages() {
+            self.wake_kswapd();
+        }
+    }
+
+    /// Reclaim until usage is at most `target` pages (or nothing more can go).
+    pub(crate) fn reclaim(&self, ctx: &mut ThreadCtx, target: i64) {
+        let mut idle = 0;
+        let mut cqes = Vec::new();
+        while self.usage_pages() > target && !self.is_shutdown() {
+            let need = self.usage_pages() - target;
+            let dropped = self.trim_inactive(need);
+            if dropped >= need {
+                continue;
+            }
+            let moved = self.evict_lru(ctx, need - dropped);
+            ctx.ring.submit();
+            if dropped > 0 || moved > 0 {
+                idle = 0;
+                continue;
+            }
+            // Nothing droppable now: what remains is under I/O. Wait for our own
+            // writes; other threads' complete on their rings.
+            if ctx.ring.inflight > 0 {
+                ctx.ring.wait();
+                cqes.clear();
+                ctx.ring.reap(&mut cqes);
+                self.process_cqes(ctx, &cqes);
+            } else {
+                idle += 1;
+                if idle > 2000 {
+                    // ~100 ms without progress: give up rather than hang a fault.
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+        }
+    }
+
+    /// Evict whole units, oldest first, until at least `need` pages left the region.
+    fn evict_lru(&self, ctx: &mut ThreadCtx, need: i64) -> i64 {
+        let mut moved = 0;
+        let len = self.lru.lock().unwrap_or_else(|p| p.into_inner()).len();
+        let mut scanned = 0;
+        while moved < need && scanned < 2 * len + 1 {
+            let Some(key) = self
+                .lru
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pop_front()
+            else {
+                break;
+            };
+            scanned += 1;
+            let (rid, ui) = ((key >> 32) as u32, (key & 0xffff_ffff) as usize);
+            let Some(r) = self.region_by_id(rid) else {
+                continue;
+            };
+            let unit = &r.units[ui];
+            // Second chance: a unit faulted on since the last pass goes round once more.
+            if scanned <= len && unit.referenced.swap(false, Relaxed) {
+                self.lru
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push_back(key);
+                continue;
+            }
+            let mut u = unit.lock();
+            unit.on_lru.store(false, Relaxed);
+            moved += self.evict_unit(ctx, &r, ui, &mut u);
+        }
+        moved
+    }
+
+    /// Move every resident page of unit `ui` out of the region. Returns pages moved.
+    fn evict_unit(
+        &self,
+        ctx: &mut ThreadCtx,
+        r: &Arc<RegionInner>,
+        ui: usize,
+        u: &mut UnitPages,
+    ) -> i64 {
+        if r.is_dead() || u.resident == 0 {
+            return 0;
+        }
+        let first = (ui * UNIT_PAGES) as u64;
+        let resident: Vec<usize> = (0..UNIT_PAGES)
+            .filter(|&i| matches!(u.get(i), PageState::Resident { .. }))
+            .collect();
+        // 1. Detach: one MOVE per run of resident pages.
+        let mut moved_idx: Vec<usize> = Vec::with_capacity(resident.len());
+        for run in runs(&resident) {
+            let (p0, n) = (first + run[0] as u64, run.len());
+            match self
+                .uffd
+                .move_pages(r.shadow_addr(p0), r.page_addr(p0), n * PAGE_SIZE, Wake::Yes)
+            {
+                Ok(_) => moved_idx.extend_from_slice(run),
+                Err(_) => {
+                    // A pinned page (e.g. under the program's own O_DIRECT) refuses to
+                    // move: take the others one by one; the refusers stay resident.
+                    for &i in run {
+                        let p = first + i as u64;
+                        if self
+                            .uffd
+                            .move_pages(r.shadow_addr(p), r.page_addr(p), PAGE_SIZE, Wake::Yes)
+                            .is_ok()
+                        {
+                            moved_idx.push(i);
+                        }
+                    }
+                }
+            }
+        }
+        // 2. Classify.
+        let mut dirty: Vec<usize> = Vec::new();
+        let mut zeros: Vec<(usize, usize)> = Vec::new();
+        let mut clean = 0i64;
+        for &i in &moved_idx {
+            let p = first + i as u64;
+            match u.get(i) {
+                PageState::Resident {
+                    dirty: false,
+                    slot: Some(s),
+                } => {
+                    let e = Entry {
+                        owner: Owner {
+                            region: r.id,
+                            page: p,
+                        },
+                        state: CacheState::Clean,
+                        readahead: false,
+                        waiters: false,
+                    };
+                    if self.cache.insert(s, e) {
+                        self.slots.set_cache(s);
+                    }
+                    u.set(i, PageState::Swapped(s));
+                    self.push_inactive(r.id, p, s);
+                    clean += 1;
+                }
+                PageState::Resident {
+                    dirty: false,
+                    slot: None,
+                } => {
+                    // Zeros never written: nothing to keep.
+                    u.set(i, PageState::Untouched);
+                    zeros.push((r.shadow_addr(p), PAGE_SIZE));
+                }
+                PageState::Resident { dirty: true, slot } => {
+                    if let Some(stale) = slot {
+                        self.slots.put(stale);
+                        r.counters.stale_slot_freed.fetch_add(1, Relaxed);
+                    }
+                    dirty.push(i);
+                }
+                _ => {}
+            }
+        }
+        // 3. Slots for the dirty pages, and one gathered write per slot run.
+        let mut slot_runs: Vec<SlotRun> = Vec::new();
+        let got = self
+            .slots
+            .alloc(&mut ctx.cursor, dirty.len(), &mut slot_runs);
+        let (to_write, unbacked) = dirty.split_at(got.min(dirty.len()));
+        let mut next = 0;
+        for run in &slot_runs {
+            let pages: Vec<usize> = to_write[next..next + run.len as usize].to_vec();
+            next += run.len as usize;
+            for (k, &i) in pages.iter().enumerate() {
+                let (p, s) = (first + i as u64, run.start + k as Slot);
+                let e = Entry {
+                    owner: Owner {
+                        region: r.id,
+                        page: p,
+                    },
+                    state: CacheState::Writing,
+                    readahead: false,
+                    waiters: false,
+                };
+                self.cache.insert(s, e);
+                self.slots.set_cache(s);
+                self.owners.set(s, r.id, p);
+                u.set(i, PageState::Swapped(s));
+            }
+            r.counters.write_requests.fetch_add(1, Relaxed);
+            self.writes_inflight.fetch_add(1, Relaxed);
+            ctx.ring.queue(Op::new(
+                OpKind::Write,
+                r.clone(),
+                pages.iter().map(|&i| first + i as u64).collect(),
+                run.start,
+            ));
+        }
+        // Swap full (should not happen: regions commit their swap): keep them in RAM.
+        for &i in unbacked {
+            let p = first + i as u64;
+            let _ = self
+                .uffd
+                .move_pages(r.page_addr(p), r.shadow_addr(p), PAGE_SIZE, Wake::Yes);
+            u.set(
+                i,
+                PageState::Resident {
+                    dirty: true,
+                    slot: None,
+                },
+            );
+        }
+        let moved = (moved_idx.len() - unbacked.len()) as i64;
+        u.resident -= moved as u32;
+        self.resident.fetch_sub(moved, Relaxed);
+        self.cached.fetch_add(moved - zeros.len() as i64, Relaxed);
+        self.dontneed(&zeros);
+        r.counters.evicted.fetch_add(moved as u64, Relaxed);
+        r.counters.clean_evicted.fetch_add(clean as u64, Relaxed);
+        moved
+    }
+
+    /// Drop up to `need` clean cache pages, oldest first. Returns pages freed.
+    fn trim_inactive(&self, need: i64) -> i64 {
+        let mut freed = 0;
+        while freed < need {
+            let batch: Vec<_> = {
+                let mut q = self.inactive.lock().unwrap_or_else(|p| p.into_inner());
+                let n = ((need - freed) as usize).min(q.len()).min(4096);
+                q.drain(..n).collect()
+            };
+            if batch.is_empty() {
+                break;
+            }
+            let mut batch = batch;
+            batch.sort_by_key(|c| (c.region, c.page));
+            let mut i = 0;
+            while i < batch.len() {
+                let (rid, unit_no) = (batch[i].region, batch[i].page / UNIT_PAGES as u64);
+                let mut j = i;
+                while j < batch.len()
+                    && batch[j].region == rid
+                    && batch[j].page / UNIT_PAGES as u64 == unit_no
+                {
+                    j += 1;
+                }
+                if let Some(r) = self.region_by_id(rid) {
+                    let u = r.unit_of(batch[i].page).lock();
+                    if !r.is_dead() {
+                        let mut ranges: Vec<(usize, usize)> = Vec::new();
+                        for c in &batch[i..j] {
+                            if u.get(c.page as usize % UNIT_PAGES) != PageState::Swapped(c.slot) {
+                                continue;
+                            }
+                            if self.cache.remove_clean(c.slot).is_none() {
+                                continue;
+                            }
+                            self.slots.clear_cache(c.slot);
+                            let a = r.shadow_addr(c.page);
+                            match ranges.last_mut() {
+                                Some(last) if last.0 + last.1 == a => last.1 += PAGE_SIZE,
+                                _ => ranges.push((a, PAGE_SIZE)),
+                            }
+                            freed += 1;
+                            self.cached.fetch_sub(1, Relaxed);
+                        }
+                        // Under the unit lock: a read into these shadow pages must not
+                        // start before they are gone.
+                        self.dontneed(&ranges);
+                    }
+                }
+                i = j;
+            }
+        }
+        freed
+    }
+
+    /// A write finished: the copy is clean (or, on error, retried elsewhere).
+    pub(crate) fn complete_write(&self, ctx: &mut ThreadCtx, op: Op, res: i32) {
+        let r = op.region.clone();
+        let ok = res >= 0 && res as usize == op.bytes();
+        if !ok && !r.is_dead() {
+            r.counters.io_errors.fetch_add(1, Relaxed);
+        }
+        let mut k = 0;
+        while k < op.pages.len() {
+            let unit_no = op.pages[k] / UNIT_PAGES as u64;
+            let mut u = r.unit_of(op.pages[k]).lock();
+            while k < op.pages.len() && op.pages[k] / UNIT_PAGES as u64 == unit_no {
+                let (page, slot) = (op.pages[k], op.slot + k as u64);
+                k += 1;
+                if r.is_dead() {
+                    self.drop_cache_entry(slot);
+                    continue;
+                }
+                let i = page as usize % UNIT_PAGES;
+                if ok {
+                    r.counters.pswpout.fetch_add(1, Relaxed);
+                    match self.cache.complete_io(slot) {
+                        Some(e) if e.waiters => self.map_cached(&r, &mut u, page, &[slot]),
+                        Some(_) => self.push_inactive(r.id, page, slot),
+                        None => {}
+                    }
+                } else {
+                    // The data is still in the shadow page: never reuse that slot, and
+                    // write the page elsewhere (once), else keep it in RAM.
+                    let waiters = self.cache.remove(slot).is_some_and(|e| e.waiters);
+                    self.slots.mark_bad(slot);
+                    self.slots.clear_cache(slot);
+                    self.slots.put(slot);
+                    let mut one = Vec::new();
+                    if op.attempt == 0 && self.slots.alloc(&mut ctx.cursor, 1, &mut one) == 1 {
+                        let s = one[0].start;
+                        let e = Entry {
+                            owner: Owner { region: r.id, page },
+                            state: CacheState::Writing,
+                            readahead: false,
+                            waiters,
+                        };
+                        self.cache.insert(s, e);
+                        self.slots.set_cache(s);
+                        self.owners.set(s, r.id, page);
+                        u.set(i, PageState::Swapped(s));
+                        let mut op2 = Op::new(OpKind::Write, r.clone(), vec![page], s);
+                        op2.attempt = 1;
+                        self.writes_inflight.fetch_add(1, Relaxed);
+                        ctx.ring.queue(op2);
+                    } else {
+                        let (dst, src) = (r.page_addr(page), r.shadow_addr(page));
+                        let _ = self.uffd.move_pages(dst, src, PAGE_SIZE, Wake::Yes);
+                        u.set(
+                            i,
+                            PageState::Resident {
+                                dirty: true,
+                                slot: None,
+                            },
+                        );
+                        u.resident += 1;
+                        self.resident.fetch_add(1, Relaxed);
+                        self.cached.fetch_sub(1, Relaxed);
+                        self.lru_add(&r, page, &u);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Split sorted indices into runs of consecutive values.
+fn runs(v: &[usize]) -> impl Iterator<Item = &[usize]> {
+    let mut rest = v;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut n = 1;
+        while n < rest.len() && rest[n] == rest[n - 1] + 1 {
+            n += 1;
+        }
+        let (run, tail) = rest.split_at(n);
+        rest = tail;
+        Some(run)
+    })
+}

@@ -1,9 +1,12 @@
 //! A region: an anonymous private mapping registered with userfaultfd, whose pages
 //! the engine moves between RAM, the swap cache and the backend.
 
+use crate::engine::Engine;
+use crate::pagemap::RegionInner;
 use crate::pool::{ReadaheadPolicy, UnitPolicy};
 use crate::stats::Counters;
 use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 
 /// Per-region policies; `None` takes the pool's default.
 #[derive(Debug, Clone, Copy, Default)]
@@ -15,14 +18,26 @@ pub struct RegionOptions {
 }
 
 /// Out-of-core memory: read and write it like any memory; the pool pages it.
+///
+/// Dropping the region unregisters and unmaps it and frees its slots.
 pub struct Region {
-    pub(crate) inner: std::sync::Arc<crate::pagemap::RegionInner>,
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) inner: Arc<RegionInner>,
+}
+
+impl std::fmt::Debug for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Region")
+            .field("addr", &(self.inner.base as *const u8))
+            .field("len", &self.inner.len)
+            .finish()
+    }
 }
 
 impl Region {
-    /// Length in bytes.
+    /// Length in bytes (the size asked for, rounded up to 2 MiB).
     pub fn len(&self) -> usize {
-        todo!()
+        self.inner.len
     }
     /// Whether the length is zero (never: regions are at least 2 MiB).
     pub fn is_empty(&self) -> bool {
@@ -30,22 +45,37 @@ impl Region {
     }
     /// Start address, for FFI. Valid while the region lives.
     pub fn as_ptr(&self) -> *mut u8 {
-        todo!()
+        self.inner.base as *mut u8
     }
     /// The bytes.
     pub fn as_slice(&self) -> &[u8] {
-        todo!()
+        // SAFETY: the mapping is `len` bytes, readable, alive as long as `self`; the
+        // engine only changes which physical page backs an address, never the bytes a
+        // reader sees.
+        unsafe { std::slice::from_raw_parts(self.inner.base as *const u8, self.inner.len) }
     }
     /// The bytes, mutably.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        todo!()
+        // SAFETY: as in `as_slice`, and `&mut self` makes this the only view.
+        unsafe { std::slice::from_raw_parts_mut(self.inner.base as *mut u8, self.inner.len) }
     }
     /// The region as 64-bit words that any number of threads may read and write at once.
     pub fn as_words(&self) -> &[AtomicU64] {
-        todo!()
+        // SAFETY: the mapping is 2 MiB aligned and a multiple of 8 bytes long; atomics
+        // make shared mutation sound; alive as long as `self`.
+        unsafe {
+            std::slice::from_raw_parts(self.inner.base as *const AtomicU64, self.inner.len / 8)
+        }
     }
-    /// This region's counters.
+    /// This region's counters, with the pool's gauges.
     pub fn counters(&self) -> Counters {
-        todo!()
+        self.engine.with_gauges(self.inner.counters.snapshot())
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        self.engine.destroy_region(&self.inner);
+        self.engine.drop_user();
     }
 }

@@ -5,13 +5,18 @@ use crate::error::{Error, Result};
 /// Parse a size such as `256M`, `2G`, `2GiB`, `4k`, `1.5g` or `1048576` (bytes).
 /// Suffixes are binary (K = 1024).
 pub fn parse_size(s: &str) -> Result<u64> {
-    let bad = |why: &str| Error::InvalidSize { input: s.to_string(), reason: why.to_string() };
+    let bad = |why: &str| Error::InvalidSize {
+        input: s.to_string(),
+        reason: why.to_string(),
+    };
     let t = s.trim();
     if t.is_empty() {
         return Err(bad("empty"));
     }
     let lower = t.to_ascii_lowercase();
-    let digits_end = lower.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(lower.len());
+    let digits_end = lower
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(lower.len());
     let (num, suffix) = lower.split_at(digits_end);
     if num.is_empty() {
         return Err(bad("no number"));
@@ -33,7 +38,8 @@ pub fn parse_size(s: &str) -> Result<u64> {
         b as u64
     } else {
         let v: u64 = num.parse().map_err(|_| bad("not a number"))?;
-        v.checked_mul(1u64 << shift).ok_or_else(|| bad("too large"))?
+        v.checked_mul(1u64 << shift)
+            .ok_or_else(|| bad("too large"))?
     };
     Ok(bytes)
 }

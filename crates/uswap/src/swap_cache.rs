@@ -1,1 +1,281 @@
-//! swap_cache (in progress)
+//! The swap cache: slot → the page being read, being written, or a clean copy kept
+//! in RAM (the kernel's swap_address_space).
+//!
+//! The page's bytes live in its region's shadow mapping (see `pagemap`); this table
+//! says what state they are in and who owns them. It is sharded by 64 MiB trunks of
+//! swap (16384 slots), like the kernel's per-trunk address spaces: with per-thread
+//! clusters (seed 003) threads work in different trunks and never share a lock.
+//!
+//! Concurrent faults on one page cost one I/O: the first fault inserts a `Reading`
+//! entry, later ones find it and only mark that a waiter needs the page mapped when
+//! the read completes ([`SwapCache::fault_lookup`]).
+//!
+//! Lock order: a region unit's lock is always taken before a shard lock.
+
+use crate::slots::Slot;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+
+/// Slots per shard (64 MiB of swap).
+pub const TRUNK_SLOTS: u64 = 16384;
+
+/// What the cached copy is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheState {
+    /// A backend read into the shadow page is in flight.
+    Reading,
+    /// A backend write from the shadow page is in flight.
+    Writing,
+    /// The shadow page holds a copy identical to the slot.
+    Clean,
+}
+
+/// Who owns the cached page: a region and a page index in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owner {
+    /// Region id.
+    pub region: u32,
+    /// Page index within the region.
+    pub page: u64,
+}
+
+/// One cached slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    /// Owner of the page.
+    pub owner: Owner,
+    /// State of the copy.
+    pub state: CacheState,
+    /// Brought in by readahead and not yet asked for (a later hit counts `swap_ra_hit`).
+    pub readahead: bool,
+    /// A fault is waiting: map the page when the I/O completes.
+    pub waiters: bool,
+}
+
+/// What a fault found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    /// Nothing cached: the caller must start a read (a `Reading` entry was inserted,
+    /// with `waiters` set).
+    Miss,
+    /// I/O in flight: the fault was recorded as a waiter; no new I/O.
+    InFlight,
+    /// A clean copy: the entry was removed and is returned; map it from the shadow.
+    Hit(Entry),
+}
+
+/// The sharded table.
+pub struct SwapCache {
+    /// One shard per 64 MiB trunk of swap; each guards its own map.
+    shards: Box<[Mutex<HashMap<Slot, Entry>>]>,
+    /// Entries in the cache (any state).
+    len: AtomicU64,
+}
+
+impl SwapCache {
+    /// A cache for a swap of at most `max_slots` slots.
+    pub fn new(max_slots: u64) -> Self {
+        let n = max_slots.div_ceil(TRUNK_SLOTS).max(1) as usize;
+        SwapCache {
+            shards: (0..n).map(|_| Mutex::new(HashMap::new())).collect(),
+            len: AtomicU64::new(0),
+        }
+    }
+
+    fn shard(&self, slot: Slot) -> std::sync::MutexGuard<'_, HashMap<Slot, Entry>> {
+        let i = (slot / TRUNK_SLOTS) as usize % self.shards.len();
+        self.shards[i].lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A fault on a page swapped to `slot`: dedup against I/O in flight, take a clean
+    /// copy, or insert a `Reading` entry for the read the caller will issue.
+    pub fn fault_lookup(&self, slot: Slot, owner: Owner) -> Lookup {
+        let mut s = self.shard(slot);
+        match s.get_mut(&slot) {
+            Some(e) if e.state == CacheState::Clean => {
+                let e = s.remove(&slot).expect("entry just seen");
+                self.len.fetch_sub(1, Relaxed);
+                Lookup::Hit(e)
+            }
+            Some(e) => {
+                e.waiters = true;
+                Lookup::InFlight
+            }
+            None => {
+                s.insert(
+                    slot,
+                    Entry {
+                        owner,
+                        state: CacheState::Reading,
+                        readahead: false,
+                        waiters: true,
+                    },
+                );
+                self.len.fetch_add(1, Relaxed);
+                Lookup::Miss
+            }
+        }
+    }
+
+    /// Insert an entry for a read ahead or a write; false (and nothing changed) if the
+    /// slot is already cached.
+    pub fn insert(&self, slot: Slot, entry: Entry) -> bool {
+        let mut s = self.shard(slot);
+        if s.contains_key(&slot) {
+            return false;
+        }
+        s.insert(slot, entry);
+        self.len.fetch_add(1, Relaxed);
+        true
+    }
+
+    /// The entry for `slot`, if any.
+    pub fn get(&self, slot: Slot) -> Option<Entry> {
+        self.shard(slot).get(&slot).copied()
+    }
+
+    /// I/O on `slot` finished: if a fault waits, the entry is removed and returned with
+    /// `waiters` set (map the page); otherwise it becomes `Clean` and is returned.
+    pub fn complete_io(&self, slot: Slot) -> Option<Entry> {
+        let mut s = self.shard(slot);
+        let e = s.get_mut(&slot)?;
+        if e.waiters {
+            let e = s.remove(&slot);
+            self.len.fetch_sub(1, Relaxed);
+            e
+        } else {
+            e.state = CacheState::Clean;
+            Some(*e)
+        }
+    }
+
+    /// Remove the entry for `slot` (any state).
+    pub fn remove(&self, slot: Slot) -> Option<Entry> {
+        let e = self.shard(slot).remove(&slot);
+        if e.is_some() {
+            self.len.fetch_sub(1, Relaxed);
+        }
+        e
+    }
+
+    /// Remove the entry only if it is a clean copy nobody waits for (reclaim).
+    pub fn remove_clean(&self, slot: Slot) -> Option<Entry> {
+        let mut s = self.shard(slot);
+        match s.get(&slot) {
+            Some(e) if e.state == CacheState::Clean && !e.waiters => {
+                let e = s.remove(&slot);
+                self.len.fetch_sub(1, Relaxed);
+                e
+            }
+            _ => None,
+        }
+    }
+
+    /// Entries in the cache.
+    pub fn len(&self) -> u64 {
+        self.len.load(Relaxed)
+    }
+
+    /// Whether the cache is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Number of shards (for tests and diagnostics).
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const O: Owner = Owner { region: 1, page: 7 };
+
+    #[test]
+    fn concurrent_faults_cost_one_read() {
+        let c = SwapCache::new(1 << 20);
+        assert_eq!(c.fault_lookup(42, O), Lookup::Miss);
+        // Second and third faults on the same slot: no new I/O.
+        assert_eq!(c.fault_lookup(42, O), Lookup::InFlight);
+        assert_eq!(c.fault_lookup(42, O), Lookup::InFlight);
+        let e = c.complete_io(42).unwrap();
+        assert!(e.waiters);
+        assert!(c.is_empty());
+    }
+
+    #[test]
+    fn dedup_under_threads() {
+        let c = std::sync::Arc::new(SwapCache::new(1 << 20));
+        let misses = std::sync::atomic::AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    for slot in 0..2000u64 {
+                        if c.fault_lookup(slot, O) == Lookup::Miss {
+                            misses.fetch_add(1, Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(
+            misses.load(Relaxed),
+            2000,
+            "each slot must be read exactly once"
+        );
+        assert_eq!(c.len(), 2000);
+    }
+
+    #[test]
+    fn readahead_then_hit_and_reuse() {
+        let c = SwapCache::new(1 << 20);
+        let ra = Entry {
+            owner: O,
+            state: CacheState::Reading,
+            readahead: true,
+            waiters: false,
+        };
+        assert!(c.insert(9, ra));
+        assert!(!c.insert(9, ra), "double insert must be refused");
+        // The read completes with nobody waiting: a clean readahead copy stays.
+        assert_eq!(c.complete_io(9).unwrap().state, CacheState::Clean);
+        match c.fault_lookup(9, O) {
+            Lookup::Hit(e) => assert!(e.readahead),
+            other => panic!("expected a hit, got {other:?}"),
+        }
+        assert!(c.is_empty());
+        // The slot can be cached again (reuse after free).
+        assert_eq!(c.fault_lookup(9, O), Lookup::Miss);
+    }
+
+    #[test]
+    fn writeback_then_fault_waits_then_reclaim_only_clean() {
+        let c = SwapCache::new(1 << 20);
+        let w = Entry {
+            owner: O,
+            state: CacheState::Writing,
+            readahead: false,
+            waiters: false,
+        };
+        c.insert(5, w);
+        assert_eq!(
+            c.remove_clean(5),
+            None,
+            "pages under writeback are not reclaimable"
+        );
+        c.complete_io(5);
+        assert!(c.remove_clean(5).is_some());
+        c.insert(6, w);
+        assert_eq!(c.fault_lookup(6, O), Lookup::InFlight);
+        assert!(c.complete_io(6).unwrap().waiters);
+    }
+
+    #[test]
+    fn trunks_do_not_share_locks() {
+        let c = SwapCache::new(64 * TRUNK_SLOTS);
+        assert_eq!(c.shard_count(), 64);
+    }
+}

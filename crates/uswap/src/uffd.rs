@@ -1,1 +1,410 @@
-//! uffd (in progress)
+//! A thin, typed wrapper over userfaultfd(2).
+//!
+//! Why not the `userfaultfd` crate: it has no UFFDIO_MOVE, UFFDIO_POISON, COPY's
+//! write-protect mode or the newer feature bits, which are the operations the engine
+//! is built on (DESIGN.md). The raw constants and structs stay in this file.
+
+use crate::error::{Error, Result};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+const UFFDIO: u64 = 0xAA;
+const fn iowr(nr: u64, size: usize) -> u64 {
+    (3 << 30) | ((size as u64) << 16) | (UFFDIO << 8) | nr
+}
+const fn ior(nr: u64, size: usize) -> u64 {
+    (2 << 30) | ((size as u64) << 16) | (UFFDIO << 8) | nr
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct UffdioApi {
+    api: u64,
+    features: u64,
+    ioctls: u64,
+}
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+struct UffdioRange {
+    start: u64,
+    len: u64,
+}
+#[repr(C)]
+#[derive(Default)]
+struct UffdioRegister {
+    range: UffdioRange,
+    mode: u64,
+    ioctls: u64,
+}
+#[repr(C)]
+#[derive(Default)]
+struct UffdioCopy {
+    dst: u64,
+    src: u64,
+    len: u64,
+    mode: u64,
+    copy: i64,
+}
+#[repr(C)]
+#[derive(Default)]
+struct UffdioMove {
+    dst: u64,
+    src: u64,
+    len: u64,
+    mode: u64,
+    moved: i64,
+}
+#[repr(C)]
+#[derive(Default)]
+struct UffdioWriteprotect {
+    range: UffdioRange,
+    mode: u64,
+}
+#[repr(C)]
+#[derive(Default)]
+struct UffdioPoison {
+    range: UffdioRange,
+    mode: u64,
+    updated: i64,
+}
+
+const UFFDIO_API: u64 = iowr(0x3F, std::mem::size_of::<UffdioApi>());
+const UFFDIO_REGISTER: u64 = iowr(0x00, std::mem::size_of::<UffdioRegister>());
+const UFFDIO_UNREGISTER: u64 = ior(0x01, std::mem::size_of::<UffdioRange>());
+const UFFDIO_WAKE: u64 = ior(0x02, std::mem::size_of::<UffdioRange>());
+const UFFDIO_COPY: u64 = iowr(0x03, std::mem::size_of::<UffdioCopy>());
+const UFFDIO_MOVE: u64 = iowr(0x05, std::mem::size_of::<UffdioMove>());
+const UFFDIO_WRITEPROTECT: u64 = iowr(0x06, std::mem::size_of::<UffdioWriteprotect>());
+const UFFDIO_POISON: u64 = iowr(0x08, std::mem::size_of::<UffdioPoison>());
+const USERFAULTFD_IOC_NEW: u64 = UFFDIO << 8; // _IO(0xAA, 0x00)
+
+const UFFD_API: u64 = 0xAA;
+const FEATURE_THREAD_ID: u64 = 1 << 8;
+const FEATURE_POISON: u64 = 1 << 14;
+const FEATURE_MOVE: u64 = 1 << 16;
+
+/// Register mode bits.
+pub const REGISTER_MISSING: u64 = 1;
+/// Register for write-protect faults.
+pub const REGISTER_WP: u64 = 2;
+
+const COPY_MODE_DONTWAKE: u64 = 1;
+const COPY_MODE_WP: u64 = 2;
+const MOVE_MODE_DONTWAKE: u64 = 1;
+const MOVE_MODE_ALLOW_SRC_HOLES: u64 = 2;
+const WP_MODE_WP: u64 = 1;
+const WP_MODE_DONTWAKE: u64 = 2;
+
+const EVENT_PAGEFAULT: u8 = 0x12;
+const PAGEFAULT_FLAG_WRITE: u64 = 1;
+const PAGEFAULT_FLAG_WP: u64 = 2;
+
+/// Size of one `struct uffd_msg`.
+pub const MSG_SIZE: usize = 32;
+
+/// A page fault reported by the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fault {
+    /// Faulting address (page aligned by the caller).
+    pub addr: usize,
+    /// The access was a write.
+    pub write: bool,
+    /// It is a write-protect fault (page present, protected), not a missing one.
+    pub wp: bool,
+    /// Faulting thread id.
+    pub tid: u32,
+}
+
+/// Decode one message; `None` for events the engine does not ask for.
+pub fn decode(msg: &[u8; MSG_SIZE]) -> Option<Fault> {
+    if msg[0] != EVENT_PAGEFAULT {
+        return None;
+    }
+    let flags = u64::from_ne_bytes(msg[8..16].try_into().ok()?);
+    let addr = u64::from_ne_bytes(msg[16..24].try_into().ok()?);
+    let tid = u32::from_ne_bytes(msg[24..28].try_into().ok()?);
+    Some(Fault {
+        addr: addr as usize,
+        write: flags & PAGEFAULT_FLAG_WRITE != 0,
+        wp: flags & PAGEFAULT_FLAG_WP != 0,
+        tid,
+    })
+}
+
+/// Whether a mapping ioctl needs the faulting thread woken afterwards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// Wake waiters on the range (the usual case).
+    Yes,
+    /// Leave them asleep; the caller wakes later (several steps to one mapping).
+    No,
+}
+
+/// An open userfaultfd.
+#[derive(Debug)]
+pub struct Uffd {
+    fd: OwnedFd,
+}
+
+fn ioctl<T>(fd: RawFd, req: u64, arg: &mut T) -> io::Result<()> {
+    // SAFETY: `arg` is a live, properly sized #[repr(C)] struct matching `req`'s
+    // declared size; the kernel reads/writes only within it.
+    let r = unsafe { libc::ioctl(fd, req as _, arg as *mut T) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+impl Uffd {
+    /// Open a userfaultfd (syscall first, then /dev/userfaultfd), non-blocking, and
+    /// negotiate the features the engine needs: MOVE, POISON, THREAD_ID; write-protect
+    /// faults come with the base API.
+    pub fn open() -> Result<Uffd> {
+        let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
+        // SAFETY: plain syscall with integer flags.
+        let r = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) };
+        let raw = if r >= 0 {
+            r as RawFd
+        } else {
+            let first = io::Error::last_os_error();
+            match Self::open_dev(flags) {
+                Ok(fd) => fd,
+                Err(_) => return Err(Error::UffdNotPermitted { source: first }),
+            }
+        };
+        // SAFETY: `raw` is a freshly opened fd that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let uffd = Uffd { fd };
+        let mut api = UffdioApi {
+            api: UFFD_API,
+            features: FEATURE_MOVE | FEATURE_POISON | FEATURE_THREAD_ID,
+            ioctls: 0,
+        };
+        if ioctl(uffd.raw(), UFFDIO_API, &mut api).is_err() {
+            // Find which feature is missing, for a precise message.
+            for (bit, name) in [
+                (FEATURE_MOVE, "UFFD_FEATURE_MOVE"),
+                (FEATURE_POISON, "UFFD_FEATURE_POISON"),
+            ] {
+                let probe = Uffd::open_plain()?;
+                let mut a = UffdioApi {
+                    api: UFFD_API,
+                    features: bit,
+                    ioctls: 0,
+                };
+                if ioctl(probe.raw(), UFFDIO_API, &mut a).is_err() {
+                    return Err(Error::UffdFeatureMissing { feature: name });
+                }
+            }
+            return Err(Error::sys("UFFDIO_API"));
+        }
+        Ok(uffd)
+    }
+
+    fn open_plain() -> Result<Uffd> {
+        let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
+        // SAFETY: plain syscall with integer flags.
+        let r = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) };
+        let raw = if r >= 0 {
+            r as RawFd
+        } else {
+            Self::open_dev(flags).map_err(|e| Error::UffdNotPermitted { source: e })?
+        };
+        // SAFETY: fresh fd owned by nobody else.
+        Ok(Uffd {
+            fd: unsafe { OwnedFd::from_raw_fd(raw) },
+        })
+    }
+
+    fn open_dev(flags: i32) -> io::Result<RawFd> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let dev = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open("/dev/userfaultfd")?;
+        // SAFETY: USERFAULTFD_IOC_NEW takes the flags as an integer argument.
+        let r = unsafe { libc::ioctl(dev.as_raw_fd(), USERFAULTFD_IOC_NEW as _, flags) };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(r)
+        }
+    }
+
+    /// The raw fd (for polling).
+    pub fn raw(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// Register `[start, start+len)` with the given mode bits.
+    pub fn register(&self, start: usize, len: usize, mode: u64) -> io::Result<()> {
+        let mut r = UffdioRegister {
+            range: UffdioRange {
+                start: start as u64,
+                len: len as u64,
+            },
+            mode,
+            ioctls: 0,
+        };
+        ioctl(self.raw(), UFFDIO_REGISTER, &mut r)
+    }
+
+    /// Unregister a range (wakes any thread still waiting in it).
+    pub fn unregister(&self, start: usize, len: usize) -> io::Result<()> {
+        let mut r = UffdioRange {
+            start: start as u64,
+            len: len as u64,
+        };
+        ioctl(self.raw(), UFFDIO_UNREGISTER, &mut r)
+    }
+
+    /// Wake threads waiting on a range.
+    pub fn wake(&self, start: usize, len: usize) -> io::Result<()> {
+        let mut r = UffdioRange {
+            start: start as u64,
+            len: len as u64,
+        };
+        ioctl(self.raw(), UFFDIO_WAKE, &mut r)
+    }
+
+    /// Copy `len` bytes from `src` into the missing range at `dst`; `wp` maps it
+    /// write-protected (clean). EEXIST (already mapped) is reported as Ok.
+    pub fn copy(
+        &self,
+        dst: usize,
+        src: *const u8,
+        len: usize,
+        wp: bool,
+        wake: Wake,
+    ) -> io::Result<()> {
+        let mut mode = if wp { COPY_MODE_WP } else { 0 };
+        if wake == Wake::No {
+            mode |= COPY_MODE_DONTWAKE;
+        }
+        loop {
+            let mut c = UffdioCopy {
+                dst: dst as u64,
+                src: src as u64,
+                len: len as u64,
+                mode,
+                copy: 0,
+            };
+            match ioctl(self.raw(), UFFDIO_COPY, &mut c) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
+                    // Partial copy (or the mm is changing): continue after what was done.
+                    if c.copy > 0 && (c.copy as usize) < len {
+                        return self.copy(
+                            dst + c.copy as usize,
+                            src.wrapping_add(c.copy as usize),
+                            len - c.copy as usize,
+                            wp,
+                            wake,
+                        );
+                    }
+                    std::thread::yield_now();
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                    if wake == Wake::Yes {
+                        self.wake(dst, len)?;
+                    }
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Move pages from `src` to `dst` without copying (both private anonymous, `dst`
+    /// registered). Holes in `src` are skipped. Returns bytes moved.
+    pub fn move_pages(&self, dst: usize, src: usize, len: usize, wake: Wake) -> io::Result<usize> {
+        let mut mode = MOVE_MODE_ALLOW_SRC_HOLES;
+        if wake == Wake::No {
+            mode |= MOVE_MODE_DONTWAKE;
+        }
+        let mut done = 0usize;
+        while done < len {
+            let mut m = UffdioMove {
+                dst: (dst + done) as u64,
+                src: (src + done) as u64,
+                len: (len - done) as u64,
+                mode,
+                moved: 0,
+            };
+            match ioctl(self.raw(), UFFDIO_MOVE, &mut m) {
+                Ok(()) => return Ok(len),
+                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
+                    if m.moved > 0 {
+                        done += m.moved as usize;
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(done)
+    }
+
+    /// Set (`protect`) or clear write protection on a present range. Clearing wakes
+    /// the waiters unless told not to.
+    pub fn write_protect(
+        &self,
+        start: usize,
+        len: usize,
+        protect: bool,
+        wake: Wake,
+    ) -> io::Result<()> {
+        let mut mode = if protect { WP_MODE_WP } else { 0 };
+        if wake == Wake::No {
+            mode |= WP_MODE_DONTWAKE;
+        }
+        let mut w = UffdioWriteprotect {
+            range: UffdioRange {
+                start: start as u64,
+                len: len as u64,
+            },
+            mode,
+        };
+        ioctl(self.raw(), UFFDIO_WRITEPROTECT, &mut w)
+    }
+
+    /// Map a poison marker: any access to the range raises SIGBUS (lost data).
+    pub fn poison(&self, start: usize, len: usize) -> io::Result<()> {
+        let mut p = UffdioPoison {
+            range: UffdioRange {
+                start: start as u64,
+                len: len as u64,
+            },
+            mode: 0,
+            updated: 0,
+        };
+        match ioctl(self.raw(), UFFDIO_POISON, &mut p) {
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => self.wake(start, len),
+            r => r,
+        }
+    }
+
+    /// Read pending fault messages into `buf` (non-blocking); returns how many.
+    pub fn read_msgs(&self, buf: &mut [[u8; MSG_SIZE]]) -> io::Result<usize> {
+        // SAFETY: `buf` is a writable byte buffer of exactly the given length.
+        let r = unsafe {
+            libc::read(
+                self.raw(),
+                buf.as_mut_ptr().cast(),
+                std::mem::size_of_val(buf),
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::WouldBlock {
+                return Ok(0);
+            }
+            return Err(e);
+        }
+        Ok(r as usize / MSG_SIZE)
+    }
+}

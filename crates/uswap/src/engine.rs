@@ -1,0 +1,714 @@
+//! The engine shared by a pool's threads: userfaultfd, backend, slot allocator, swap
+//! cache, the regions, memory accounting against the budget, and the threads.
+//!
+//! Threads:
+//! - fault threads (`PoolBuilder::fault_threads`, default 1): each waits on its own
+//!   io_uring for "userfaultfd readable" and for its I/O completions, so one sleep
+//!   covers both and a fault needs no hop to another thread; it reclaims directly
+//!   when a fault would cross the budget;
+//! - one reclaim thread (the kernel's kswapd): woken above the high watermark, it
+//!   evicts down to the low one, with its own ring for the writes.
+
+use crate::backend::SwapFile;
+use crate::error::{Error, Result};
+use crate::io::{Ring, TOKEN_EVENT, TOKEN_UFFD};
+
+use crate::pagemap::{RegionInner, RegionPolicy};
+use crate::pool::PoolBuilder;
+use crate::readahead::ClusterReadahead;
+use crate::slots::{AllocPolicy, SlotAllocator, SlotCursor};
+use crate::stats::Counters;
+use crate::swap_cache::SwapCache;
+use crate::uffd::{Uffd, MSG_SIZE, REGISTER_MISSING, REGISTER_WP};
+use crate::{DeviceKind, PAGE_SIZE, UNIT_SIZE};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::{Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
+
+/// A page that reclaim put in the swap cache, in the order it went there (the
+/// kernel's inactive list). Entries may be stale; they are checked when popped.
+#[derive(Debug, Clone, Copy)]
+pub struct CachedRef {
+    /// Region id.
+    pub region: u32,
+    /// Page in the region.
+    pub page: u64,
+    /// Slot it was cached under.
+    pub slot: u64,
+}
+
+/// Slot → owning page, for readahead by slot (the old cluster policy). One table
+/// per 2 MiB cluster, made on first use; entries may be stale and are checked.
+pub(crate) struct OwnerMap {
+    clusters: Box<[std::sync::OnceLock<Box<[AtomicU64]>>]>,
+}
+
+impl OwnerMap {
+    fn new(max_slots: u64) -> OwnerMap {
+        let n = max_slots.div_ceil(crate::slots::CLUSTER_SLOTS) as usize;
+        OwnerMap {
+            clusters: (0..n).map(|_| std::sync::OnceLock::new()).collect(),
+        }
+    }
+
+    /// Record that `slot` holds `page` of region `region`.
+    pub(crate) fn set(&self, slot: u64, region: u32, page: u64) {
+        let c = (slot / crate::slots::CLUSTER_SLOTS) as usize;
+        let Some(t) = self.clusters.get(c) else {
+            return;
+        };
+        let t = t.get_or_init(|| {
+            (0..crate::slots::CLUSTER_SLOTS)
+                .map(|_| AtomicU64::new(0))
+                .collect()
+        });
+        t[(slot % crate::slots::CLUSTER_SLOTS) as usize]
+            .store((region as u64) << 40 | (page + 1), Relaxed);
+    }
+
+    /// Who was last written to `slot`.
+    pub(crate) fn get(&self, slot: u64) -> Option<(u32, u64)> {
+        let c = (slot / crate::slots::CLUSTER_SLOTS) as usize;
+        let t = self.clusters.get(c)?.get()?;
+        let v = t[(slot % crate::slots::CLUSTER_SLOTS) as usize].load(Relaxed);
+        let page = v & ((1 << 40) - 1);
+        (page != 0).then(|| ((v >> 40) as u32, page - 1))
+    }
+}
+
+#[derive(Default)]
+struct Regions {
+    by_addr: BTreeMap<usize, Arc<RegionInner>>,
+    by_id: HashMap<u32, Arc<RegionInner>>,
+}
+
+/// Shared engine state.
+pub struct Engine {
+    pub(crate) uffd: Uffd,
+    pub(crate) swap: SwapFile,
+    pub(crate) slots: SlotAllocator,
+    pub(crate) cache: SwapCache,
+    pub(crate) cfg: PoolBuilder,
+    pub(crate) cluster_ra: ClusterReadahead,
+    pub(crate) owners: OwnerMap,
+    regions: RwLock<Regions>,
+    next_id: AtomicU32,
+    /// Swap bytes promised to live regions; guarded by itself.
+    committed: Mutex<u64>,
+    /// Region pages mapped now.
+    pub(crate) resident: AtomicI64,
+    /// Shadow pages allocated now (swap cache, incl. I/O in flight).
+    pub(crate) cached: AtomicI64,
+    /// Bytes of metadata charged to the budget.
+    metadata: AtomicU64,
+    /// Highest usage seen, in bytes.
+    peak: AtomicU64,
+    /// Units with resident pages, oldest first: `region << 32 | unit`.
+    pub(crate) lru: Mutex<VecDeque<u64>>,
+    /// Pages in the swap cache, oldest first.
+    pub(crate) inactive: Mutex<VecDeque<CachedRef>>,
+    /// Counters of regions already dropped.
+    retired: Mutex<Counters>,
+    shutdown: AtomicBool,
+    /// eventfd that wakes the reclaim thread.
+    kswapd_event: OwnedFd,
+    kswapd_asleep: AtomicBool,
+    /// eventfds of the fault threads (shutdown).
+    worker_events: Vec<OwnedFd>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    /// pidfd of this process, for process_madvise.
+    pidfd: Option<OwnedFd>,
+    process_madvise_ok: AtomicBool,
+    /// Pool and Region handles alive; the threads stop when it reaches 0.
+    users: AtomicUsize,
+    /// Writes in flight on any ring.
+    pub(crate) writes_inflight: AtomicI64,
+    pub(crate) read_seq: AtomicU64,
+    pub(crate) write_seq: AtomicU64,
+}
+
+fn eventfd() -> Result<OwnedFd> {
+    // SAFETY: eventfd(2) with integer flags.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(Error::sys("eventfd"));
+    }
+    // SAFETY: fresh fd owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn signal_eventfd(fd: &OwnedFd) {
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a live u64 to an eventfd we own.
+    unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+}
+
+/// Consume an eventfd's count (non-blocking).
+pub(crate) fn drain_eventfd_raw(fd: std::os::fd::RawFd) {
+    let mut v: u64 = 0;
+    // SAFETY: reads 8 bytes into a live u64 from a non-blocking eventfd.
+    unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+}
+
+fn mem_total() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = s.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Map `len` bytes aligned to 2 MiB (anonymous, private, no reserve).
+fn map_aligned(len: usize) -> Result<usize> {
+    let total = len + UNIT_SIZE;
+    // SAFETY: anonymous mapping request; no existing memory is affected.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            total,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(Error::sys("mmap"));
+    }
+    let start = p as usize;
+    let aligned = (start + UNIT_SIZE - 1) & !(UNIT_SIZE - 1);
+    // SAFETY: trims the unaligned head and the tail of the mapping made just above.
+    unsafe {
+        if aligned > start {
+            libc::munmap(p, aligned - start);
+        }
+        let tail = start + total - (aligned + len);
+        if tail > 0 {
+            libc::munmap((aligned + len) as *mut libc::c_void, tail);
+        }
+    }
+    Ok(aligned)
+}
+
+fn unmap(addr: usize, len: usize) {
+    // SAFETY: unmaps a range this engine mapped and no longer hands out.
+    unsafe { libc::munmap(addr as *mut libc::c_void, len) };
+}
+
+impl Engine {
+    /// Open everything and start the threads. The caller becomes the first user.
+    pub(crate) fn start(cfg: PoolBuilder) -> Result<Arc<Engine>> {
+        let min_budget = 4 * UNIT_SIZE as u64;
+        if cfg.budget < min_budget {
+            return Err(Error::BudgetTooSmall {
+                budget: cfg.budget,
+                minimum: min_budget,
+                why: "room for a few 2 MiB units besides the swap cache and metadata".into(),
+            });
+        }
+        if let Some(ram) = mem_total() {
+            if cfg.budget > ram {
+                return Err(Error::BudgetExceedsRam {
+                    budget: cfg.budget,
+                    ram,
+                });
+            }
+        }
+        let uffd = Uffd::open()?;
+        let swap = SwapFile::open(cfg.swap_file.as_deref(), cfg.swap_size)?;
+        let rotational = match cfg.device_kind {
+            DeviceKind::Ssd => false,
+            DeviceKind::Rotational => true,
+            DeviceKind::Auto => swap.rotational().unwrap_or(false),
+        };
+        let policy = if rotational {
+            AllocPolicy::Rotational
+        } else {
+            AllocPolicy::Ssd
+        };
+        // The cache is sized for the largest swap this pool may grow to.
+        let max_slots = match swap.fixed_size() {
+            Some(f) => f / PAGE_SIZE as u64,
+            None => fs_size(&swap).unwrap_or(1 << 40) / PAGE_SIZE as u64,
+        };
+        let slots = SlotAllocator::new(swap.capacity() / PAGE_SIZE as u64, policy);
+        // SAFETY: pidfd_open on our own pid.
+        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) };
+        let pidfd = if pidfd >= 0 {
+            // SAFETY: fresh fd owned by nobody else.
+            Some(unsafe { OwnedFd::from_raw_fd(pidfd as i32) })
+        } else {
+            None
+        };
+        let nworkers = cfg.fault_threads;
+        let engine = Arc::new(Engine {
+            uffd,
+            swap,
+            slots,
+            cache: SwapCache::new(max_slots),
+            cluster_ra: ClusterReadahead::new(),
+            owners: OwnerMap::new(max_slots),
+            cfg,
+            regions: RwLock::new(Regions::default()),
+            next_id: AtomicU32::new(1),
+            committed: Mutex::new(0),
+            resident: AtomicI64::new(0),
+            cached: AtomicI64::new(0),
+            metadata: AtomicU64::new(0),
+            peak: AtomicU64::new(0),
+            lru: Mutex::new(VecDeque::new()),
+            inactive: Mutex::new(VecDeque::new()),
+            retired: Mutex::new(Counters::default()),
+            shutdown: AtomicBool::new(false),
+            kswapd_event: eventfd()?,
+            kswapd_asleep: AtomicBool::new(true),
+            worker_events: (0..nworkers).map(|_| eventfd()).collect::<Result<_>>()?,
+            threads: Mutex::new(Vec::new()),
+            process_madvise_ok: AtomicBool::new(pidfd.is_some()),
+            pidfd,
+            users: AtomicUsize::new(1),
+            writes_inflight: AtomicI64::new(0),
+            read_seq: AtomicU64::new(0),
+            write_seq: AtomicU64::new(0),
+        });
+        let mut threads = Vec::new();
+        for i in 0..nworkers {
+            let e = engine.clone();
+            let ctx = ThreadCtx::new(&e)?;
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("uswap-fault-{i}"))
+                    .spawn(move || e.fault_thread(ctx, i))
+                    .map_err(|_| Error::sys("spawn fault thread"))?,
+            );
+        }
+        let e = engine.clone();
+        let ctx = ThreadCtx::new(&e)?;
+        threads.push(
+            std::thread::Builder::new()
+                .name("uswap-reclaim".into())
+                .spawn(move || e.reclaim_thread(ctx))
+                .map_err(|_| Error::sys("spawn reclaim thread"))?,
+        );
+        *engine.threads.lock().unwrap_or_else(|p| p.into_inner()) = threads;
+        Ok(engine)
+    }
+
+    /// One more Pool/Region handle.
+    pub(crate) fn add_user(&self) {
+        self.users.fetch_add(1, AcqRel);
+    }
+
+    /// One handle fewer; the last one stops the threads.
+    pub(crate) fn drop_user(&self) {
+        if self.users.fetch_sub(1, AcqRel) == 1 {
+            self.shutdown.store(true, Release);
+            signal_eventfd(&self.kswapd_event);
+            for e in &self.worker_events {
+                signal_eventfd(e);
+            }
+            let threads =
+                std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
+            for t in threads {
+                let _ = t.join();
+            }
+        }
+    }
+
+    pub(crate) fn is_shutdown(&self) -> bool {
+        self.shutdown.load(Acquire)
+    }
+
+    // ---- accounting -------------------------------------------------------------
+
+    /// Pages the engine may hold (budget less metadata).
+    pub(crate) fn limit_pages(&self) -> i64 {
+        let b = self.cfg.budget.saturating_sub(self.metadata.load(Relaxed));
+        (b / PAGE_SIZE as u64) as i64
+    }
+
+    /// Reclaim starts above this.
+    pub(crate) fn high_pages(&self) -> i64 {
+        let l = self.limit_pages();
+        l - (l / 32).max(512)
+    }
+
+    /// Reclaim stops at this.
+    pub(crate) fn low_pages(&self) -> i64 {
+        let l = self.limit_pages();
+        l - (l / 12).max(1024)
+    }
+
+    /// Resident + cached pages.
+    pub(crate) fn usage_pages(&self) -> i64 {
+        self.resident.load(Relaxed) + self.cached.load(Relaxed)
+    }
+
+    pub(crate) fn note_peak(&self) {
+        let used =
+            self.usage_pages().max(0) as u64 * PAGE_SIZE as u64 + self.metadata.load(Relaxed);
+        self.peak.fetch_max(used, Relaxed);
+    }
+
+    pub(crate) fn wake_kswapd(&self) {
+        if self.kswapd_asleep.swap(false, AcqRel) {
+            signal_eventfd(&self.kswapd_event);
+        }
+    }
+
+    /// Totals over live and dropped regions, with the gauges.
+    pub(crate) fn counters(&self) -> Counters {
+        let mut c = *self.retired.lock().unwrap_or_else(|p| p.into_inner());
+        for r in self
+            .regions
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .by_id
+            .values()
+        {
+            c = add_counters(&c, &r.counters.snapshot());
+        }
+        self.with_gauges(c)
+    }
+
+    pub(crate) fn with_gauges(&self, mut c: Counters) -> Counters {
+        c.slots_used = self.slots.used();
+        c.resident_bytes = self.resident.load(Relaxed).max(0) as u64 * PAGE_SIZE as u64;
+        c.cached_bytes = self.cached.load(Relaxed).max(0) as u64 * PAGE_SIZE as u64;
+        c.metadata_bytes = self.metadata.load(Relaxed);
+        c.peak_used_bytes = self.peak.load(Relaxed);
+        c
+    }
+
+    // ---- regions ----------------------------------------------------------------
+
+    pub(crate) fn region_by_addr(&self, addr: usize) -> Option<Arc<RegionInner>> {
+        let g = self.regions.read().unwrap_or_else(|p| p.into_inner());
+        let (_, r) = g.by_addr.range(..=addr).next_back()?;
+        r.contains(addr).then(|| r.clone())
+    }
+
+    pub(crate) fn region_by_id(&self, id: u32) -> Option<Arc<RegionInner>> {
+        self.regions
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .by_id
+            .get(&id)
+            .cloned()
+    }
+
+    /// Map, register and account a new region.
+    pub(crate) fn create_region(
+        &self,
+        size: u64,
+        policy: RegionPolicy,
+    ) -> Result<Arc<RegionInner>> {
+        if size == 0 {
+            return Err(Error::InvalidRegionSize {
+                size,
+                reason: "a region needs at least one byte".into(),
+            });
+        }
+        let len = size
+            .checked_next_multiple_of(UNIT_SIZE as u64)
+            .filter(|&l| l <= (1u64 << 46))
+            .ok_or_else(|| Error::InvalidRegionSize {
+                size,
+                reason: "larger than 64 TiB".into(),
+            })? as usize;
+        let metadata = (len / UNIT_SIZE * (UNIT_SIZE / PAGE_SIZE * 8 + 64)) as u64;
+        let md_after = self.metadata.load(Relaxed) + metadata;
+        if md_after + 2 * UNIT_SIZE as u64 > self.cfg.budget {
+            return Err(Error::BudgetTooSmall {
+                budget: self.cfg.budget,
+                minimum: md_after + 2 * UNIT_SIZE as u64,
+                why: format!("the page map of a {len}-byte region takes {metadata} bytes"),
+            });
+        }
+        let mut committed = self.committed.lock().unwrap_or_else(|p| p.into_inner());
+        let need = *committed + len as u64;
+        match self.swap.fixed_size() {
+            Some(cap) if need > cap => {
+                return Err(Error::SwapFull {
+                    requested: size,
+                    needed: len as u64,
+                    capacity: cap,
+                    committed: *committed,
+                })
+            }
+            _ => {
+                self.swap.ensure(need)?;
+            }
+        }
+        self.slots.grow(self.swap.capacity() / PAGE_SIZE as u64);
+        let base = map_aligned(len)?;
+        let shadow = match map_aligned(len) {
+            Ok(s) => s,
+            Err(e) => {
+                unmap(base, len);
+                return Err(e);
+            }
+        };
+        let huge = policy.unit != crate::UnitPolicy::Small;
+        // SAFETY: madvise hints on the mappings made above.
+        unsafe {
+            let adv = if huge {
+                libc::MADV_HUGEPAGE
+            } else {
+                libc::MADV_NOHUGEPAGE
+            };
+            libc::madvise(base as *mut libc::c_void, len, adv);
+            libc::madvise(shadow as *mut libc::c_void, len, adv);
+        }
+        let reg = self
+            .uffd
+            .register(base, len, REGISTER_MISSING | REGISTER_WP)
+            .and_then(|_| self.uffd.register(shadow, len, REGISTER_WP));
+        if let Err(source) = reg {
+            unmap(base, len);
+            unmap(shadow, len);
+            return Err(Error::Sys {
+                op: "UFFDIO_REGISTER",
+                source,
+            });
+        }
+        *committed = need;
+        drop(committed);
+        let id = self.next_id.fetch_add(1, Relaxed);
+        let mut r = RegionInner::new(id, base, shadow, len, policy);
+        r.metadata_bytes = metadata;
+        let r = Arc::new(r);
+        self.metadata.fetch_add(metadata, Relaxed);
+        let mut g = self.regions.write().unwrap_or_else(|p| p.into_inner());
+        g.by_addr.insert(base, r.clone());
+        g.by_id.insert(id, r.clone());
+        Ok(r)
+    }
+
+    /// Unregister, unmap and free everything a region holds. I/O still in flight
+    /// finishes later and only drops its cache references (it sees `dead`).
+    pub(crate) fn destroy_region(&self, r: &Arc<RegionInner>) {
+        r.dead.store(true, Release);
+        {
+            let mut g = self.regions.write().unwrap_or_else(|p| p.into_inner());
+            g.by_addr.remove(&r.base);
+            g.by_id.remove(&r.id);
+        }
+        let mut freed_resident = 0i64;
+        let mut freed_cached = 0i64;
+        for unit in r.units.iter() {
+            // Taking each lock after `dead` is set waits out any handler inside.
+            let mut u = unit.lock();
+            for i in 0..crate::UNIT_PAGES {
+                match u.get(i) {
+                    crate::pagemap::PageState::Resident { slot, .. } => {
+                        freed_resident += 1;
+                        if let Some(s) = slot {
+                            self.slots.put(s);
+                        }
+                    }
+                    crate::pagemap::PageState::Swapped(s) => {
+                        if self.cache.remove_clean(s).is_some() {
+                            self.slots.clear_cache(s);
+                            freed_cached += 1;
+                        }
+                        self.slots.put(s);
+                    }
+                    _ => {}
+                }
+                u.set(i, crate::pagemap::PageState::Untouched);
+            }
+            u.resident = 0;
+        }
+        self.resident.fetch_sub(freed_resident, Relaxed);
+        self.cached.fetch_sub(freed_cached, Relaxed);
+        let _ = self.uffd.unregister(r.base, r.len);
+        let _ = self.uffd.unregister(r.shadow, r.len);
+        unmap(r.base, r.len);
+        unmap(r.shadow, r.len);
+        *self.committed.lock().unwrap_or_else(|p| p.into_inner()) -= r.len as u64;
+        self.metadata.fetch_sub(r.metadata_bytes, Relaxed);
+        let mut ret = self.retired.lock().unwrap_or_else(|p| p.into_inner());
+        *ret = add_counters(&ret, &r.counters.snapshot());
+    }
+
+    // ---- memory ops -------------------------------------------------------------
+
+    /// Free shadow (or region) pages: one process_madvise for up to 1024 ranges.
+    pub(crate) fn dontneed(&self, ranges: &[(usize, usize)]) {
+        for chunk in ranges.chunks(1024) {
+            if self.process_madvise_ok.load(Relaxed) {
+                if let Some(pidfd) = &self.pidfd {
+                    let iov: Vec<libc::iovec> = chunk
+                        .iter()
+                        .map(|&(a, l)| libc::iovec {
+                            iov_base: a as *mut libc::c_void,
+                            iov_len: l,
+                        })
+                        .collect();
+                    // SAFETY: process_madvise on our own pidfd with ranges of our mappings.
+                    let r = unsafe {
+                        libc::syscall(
+                            libc::SYS_process_madvise,
+                            pidfd.as_raw_fd(),
+                            iov.as_ptr(),
+                            iov.len(),
+                            libc::MADV_DONTNEED,
+                            0,
+                        )
+                    };
+                    if r >= 0 {
+                        continue;
+                    }
+                    self.process_madvise_ok.store(false, Relaxed);
+                }
+            }
+            for &(a, l) in chunk {
+                // SAFETY: drops pages of a mapping the engine owns.
+                unsafe { libc::madvise(a as *mut libc::c_void, l, libc::MADV_DONTNEED) };
+            }
+        }
+    }
+
+    // ---- threads ----------------------------------------------------------------
+
+    fn reclaim_thread(self: Arc<Self>, mut ctx: ThreadCtx) {
+        ctx.event_fd = self.kswapd_event.as_raw_fd();
+        ctx.ring.poll(ctx.event_fd, TOKEN_EVENT);
+        let mut cqes = Vec::new();
+        loop {
+            if self.is_shutdown() && ctx.ring.inflight == 0 {
+                break;
+            }
+            if !self.is_shutdown() && self.usage_pages() > self.high_pages() {
+                let target = self.low_pages();
+                self.reclaim(&mut ctx, target);
+                continue;
+            }
+            self.kswapd_asleep.store(true, Release);
+            // Re-check after publishing that we sleep (a waker may have missed us).
+            if self.usage_pages() > self.high_pages() && !self.is_shutdown() {
+                self.kswapd_asleep.store(false, Release);
+                continue;
+            }
+            ctx.ring.wait();
+            cqes.clear();
+            ctx.ring.reap(&mut cqes);
+            self.process_cqes(&mut ctx, &cqes);
+        }
+    }
+
+    fn fault_thread(self: Arc<Self>, mut ctx: ThreadCtx, index: usize) {
+        ctx.event_fd = self.worker_events[index].as_raw_fd();
+        ctx.ring.poll(ctx.event_fd, TOKEN_EVENT);
+        ctx.ring.poll(self.uffd.raw(), TOKEN_UFFD);
+        let mut cqes = Vec::new();
+        let spin = std::time::Duration::from_micros(self.cfg.spin_us as u64);
+        loop {
+            if self.is_shutdown() && ctx.ring.inflight == 0 {
+                break;
+            }
+            // Faults first: they are what a program waits on.
+            if self.serve_faults(&mut ctx) == 0 && !spin.is_zero() {
+                let t = std::time::Instant::now();
+                while t.elapsed() < spin {
+                    ctx.ring.submit();
+                    if self.serve_faults(&mut ctx) > 0 {
+                        break;
+                    }
+                    std::hint::spin_loop();
+                }
+            }
+            ctx.ring.wait();
+            cqes.clear();
+            ctx.ring.reap(&mut cqes);
+            self.process_cqes(&mut ctx, &cqes);
+            if !ctx.uffd_armed && !self.is_shutdown() {
+                ctx.uffd_armed = true;
+                ctx.ring.poll(self.uffd.raw(), TOKEN_UFFD);
+            }
+        }
+    }
+
+    /// Read and handle every pending fault; returns how many.
+    fn serve_faults(&self, ctx: &mut ThreadCtx) -> usize {
+        let mut total = 0;
+        loop {
+            let n = match self.uffd.read_msgs(&mut ctx.msgs) {
+                Ok(n) => n,
+                Err(_) => 0,
+            };
+            if n == 0 {
+                return total;
+            }
+            total += n;
+            for i in 0..n {
+                if let Some(f) = crate::uffd::decode(&ctx.msgs[i]) {
+                    self.handle_fault(ctx, f);
+                }
+            }
+            // Start the reads these faults need before looking for more.
+            ctx.ring.submit();
+        }
+    }
+}
+
+fn fs_size(swap: &SwapFile) -> Option<u64> {
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs fills a live statfs struct for an fd we own.
+    let r = unsafe { libc::fstatfs(swap.raw(), &mut st) };
+    (r == 0).then(|| st.f_blocks * st.f_bsize as u64)
+}
+
+fn add_counters(a: &Counters, b: &Counters) -> Counters {
+    let mut out = *a;
+    macro_rules! add { ($($f:ident),*) => { $(out.$f = a.$f + b.$f;)* } }
+    add!(
+        pswpin,
+        pswpout,
+        swap_ra,
+        swap_ra_hit,
+        thp_swpout,
+        thp_swpout_fallback,
+        thp_swpin,
+        thp_swpin_fallback,
+        majflt,
+        minflt,
+        swapcache_hit,
+        wpflt,
+        stale_slot_freed,
+        clean_evicted,
+        evicted,
+        io_errors,
+        write_requests,
+        read_requests,
+        direct_reclaim
+    );
+    out
+}
+
+/// Per-thread state: its ring, its slot cursor, its fault message buffer.
+pub(crate) struct ThreadCtx {
+    pub(crate) ring: Ring,
+    pub(crate) cursor: SlotCursor,
+    pub(crate) msgs: Vec<[u8; MSG_SIZE]>,
+    pub(crate) uffd_armed: bool,
+    /// The eventfd that wakes this thread.
+    pub(crate) event_fd: std::os::fd::RawFd,
+}
+
+impl ThreadCtx {
+    fn new(e: &Engine) -> Result<ThreadCtx> {
+        Ok(ThreadCtx {
+            ring: Ring::new(512, e.swap.raw()).map_err(|source| Error::Sys {
+                op: "io_uring_setup",
+                source,
+            })?,
+            cursor: e.slots.cursor(),
+            msgs: vec![[0u8; MSG_SIZE]; 64],
+            uffd_armed: true,
+            event_fd: -1,
+        })
+    }
+}

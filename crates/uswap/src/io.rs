@@ -1,0 +1,185 @@
+//! One thread's io_uring: backend reads and writes of slot runs, plus the polls that
+//! wake the thread (userfaultfd readable, its eventfd). Every thread that does I/O
+//! owns one; completions are handled by the thread that submitted, so the common
+//! fault path never hands work to another thread.
+
+use crate::pagemap::RegionInner;
+use crate::slots::Slot;
+use crate::PAGE_SIZE;
+use io_uring::{opcode, types, IoUring};
+use std::os::fd::RawFd;
+use std::sync::Arc;
+
+/// `user_data` of the userfaultfd poll.
+pub const TOKEN_UFFD: u64 = u64::MAX;
+/// `user_data` of the thread's eventfd poll.
+pub const TOKEN_EVENT: u64 = u64::MAX - 1;
+
+/// Read or write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpKind {
+    /// Backend → shadow pages.
+    Read,
+    /// Shadow pages → backend.
+    Write,
+}
+
+/// One request: `pages[i]` of `region` ↔ slot `slot + i`, gathered from / scattered
+/// to the pages' shadow addresses.
+pub struct Op {
+    /// Direction.
+    pub kind: OpKind,
+    /// Owner of the pages (kept alive while the I/O is in flight).
+    pub region: Arc<RegionInner>,
+    /// Region page indices, in slot order.
+    pub pages: Vec<u64>,
+    /// First slot.
+    pub slot: Slot,
+    /// Tries so far.
+    pub attempt: u8,
+    iov: Vec<libc::iovec>,
+}
+
+// SAFETY: the iovecs point into the region's shadow mapping, which lives as long as
+// `region` (kept by the Arc) and is only read/written by the kernel during the I/O.
+unsafe impl Send for Op {}
+
+impl Op {
+    /// A request for `pages` (slot order) starting at `slot`.
+    pub fn new(kind: OpKind, region: Arc<RegionInner>, pages: Vec<u64>, slot: Slot) -> Op {
+        let iov = coalesce_iov(&region, &pages);
+        Op {
+            kind,
+            region,
+            pages,
+            slot,
+            attempt: 0,
+            iov,
+        }
+    }
+
+    /// Bytes the request moves.
+    pub fn bytes(&self) -> usize {
+        self.pages.len() * PAGE_SIZE
+    }
+}
+
+/// Shadow pages that follow each other become one iovec.
+fn coalesce_iov(region: &RegionInner, pages: &[u64]) -> Vec<libc::iovec> {
+    let mut iov: Vec<libc::iovec> = Vec::new();
+    for &p in pages {
+        let a = region.shadow_addr(p);
+        if let Some(last) = iov.last_mut() {
+            if last.iov_base as usize + last.iov_len == a {
+                last.iov_len += PAGE_SIZE;
+                continue;
+            }
+        }
+        iov.push(libc::iovec {
+            iov_base: a as *mut libc::c_void,
+            iov_len: PAGE_SIZE,
+        });
+    }
+    iov
+}
+
+/// A thread's ring and the requests it has in flight.
+pub struct Ring {
+    ring: IoUring,
+    ops: Vec<Option<Op>>,
+    free: Vec<usize>,
+    fd: RawFd,
+    /// Requests in flight.
+    pub inflight: usize,
+}
+
+impl Ring {
+    /// A ring of `entries` for backend fd `fd`.
+    pub fn new(entries: u32, fd: RawFd) -> std::io::Result<Ring> {
+        Ok(Ring {
+            ring: IoUring::new(entries)?,
+            ops: Vec::new(),
+            free: Vec::new(),
+            fd,
+            inflight: 0,
+        })
+    }
+
+    fn push(&mut self, sqe: &io_uring::squeue::Entry) {
+        loop {
+            // SAFETY: every buffer an SQE points to (shadow pages, iovec arrays held in
+            // `self.ops`) stays valid until its completion is reaped.
+            if unsafe { self.ring.submission().push(sqe) }.is_ok() {
+                return;
+            }
+            // Queue full: hand what we have to the kernel and retry.
+            let _ = self.ring.submit();
+        }
+    }
+
+    /// Queue a read or write (submitted at the next `submit`/`wait`).
+    pub fn queue(&mut self, op: Op) {
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.ops.push(None);
+                self.ops.len() - 1
+            }
+        };
+        let off = op.slot * PAGE_SIZE as u64;
+        let (ptr, n) = (op.iov.as_ptr(), op.iov.len() as u32);
+        let sqe = match op.kind {
+            OpKind::Read => opcode::Readv::new(types::Fd(self.fd), ptr, n)
+                .offset(off)
+                .build(),
+            OpKind::Write => opcode::Writev::new(types::Fd(self.fd), ptr, n)
+                .offset(off)
+                .build(),
+        }
+        .user_data(idx as u64);
+        self.ops[idx] = Some(op);
+        self.inflight += 1;
+        self.push(&sqe);
+    }
+
+    /// Ask for a one-shot POLLIN notification on `fd`, reported with `token`.
+    pub fn poll(&mut self, fd: RawFd, token: u64) {
+        let sqe = opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32)
+            .build()
+            .user_data(token);
+        self.push(&sqe);
+    }
+
+    /// Submit queued requests without waiting.
+    pub fn submit(&mut self) {
+        let _ = self.ring.submit();
+    }
+
+    /// Submit and sleep until at least one completion.
+    pub fn wait(&mut self) {
+        loop {
+            match self.ring.submit_and_wait(1) {
+                Ok(_) => return,
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => return,
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Reap completions: `(user_data, result)` pairs appended to `out`.
+    pub fn reap(&mut self, out: &mut Vec<(u64, i32)>) {
+        for cqe in self.ring.completion() {
+            out.push((cqe.user_data(), cqe.result()));
+        }
+    }
+
+    /// Take back the request of a completion.
+    pub fn take(&mut self, user_data: u64) -> Option<Op> {
+        let i = user_data as usize;
+        let op = self.ops.get_mut(i)?.take()?;
+        self.free.push(i);
+        self.inflight -= 1;
+        Some(op)
+    }
+}
