@@ -450,14 +450,16 @@ impl Engine {
                 return Err(e);
             }
         };
-        let huge = policy.unit != crate::UnitPolicy::Small;
+        // THPs only where units are mapped whole (Huge); elsewhere a 4 KiB read into
+        // an empty 2 MiB-aligned shadow range must not allocate a whole THP.
+        let huge = policy.unit == crate::UnitPolicy::Huge;
+        let adv = if huge {
+            libc::MADV_HUGEPAGE
+        } else {
+            libc::MADV_NOHUGEPAGE
+        };
         // SAFETY: madvise hints on the mappings made above.
         unsafe {
-            let adv = if huge {
-                libc::MADV_HUGEPAGE
-            } else {
-                libc::MADV_NOHUGEPAGE
-            };
             libc::madvise(base as *mut libc::c_void, len, adv);
             libc::madvise(shadow as *mut libc::c_void, len, adv);
         }
@@ -484,6 +486,53 @@ impl Engine {
         g.by_addr.insert(base, r.clone());
         g.by_id.insert(id, r.clone());
         Ok(r)
+    }
+
+    /// MADV_DONTNEED semantics on pages `[first, first + n)`: they become untouched
+    /// (zeros), their slots and cache copies are freed. I/O in flight on them finishes
+    /// later and is dropped (completions check the page still wants it).
+    pub(crate) fn discard(&self, r: &RegionInner, first: u64, n: u64) {
+        let end = (first + n).min(r.pages());
+        let mut p = first;
+        while p < end {
+            let unit_end = ((p / crate::UNIT_PAGES as u64) + 1) * crate::UNIT_PAGES as u64;
+            let stop = unit_end.min(end);
+            let mut u = r.unit_of(p).lock();
+            if r.is_dead() {
+                return;
+            }
+            let (mut region_ranges, mut shadow_ranges) = (Vec::new(), Vec::new());
+            for q in p..stop {
+                let i = q as usize % crate::UNIT_PAGES;
+                match u.get(i) {
+                    crate::pagemap::PageState::Resident { slot, .. } => {
+                        if let Some(s) = slot {
+                            self.slots.put(s);
+                        }
+                        u.resident -= 1;
+                        self.resident.fetch_sub(1, Relaxed);
+                        region_ranges.push((r.page_addr(q), PAGE_SIZE));
+                    }
+                    crate::pagemap::PageState::Swapped(s) => {
+                        if self.cache.remove_clean(s).is_some() {
+                            self.slots.clear_cache(s);
+                            self.cached.fetch_sub(1, Relaxed);
+                            shadow_ranges.push((r.shadow_addr(q), PAGE_SIZE));
+                        }
+                        self.slots.put(s);
+                    }
+                    crate::pagemap::PageState::Poisoned => {
+                        region_ranges.push((r.page_addr(q), PAGE_SIZE))
+                    }
+                    crate::pagemap::PageState::Untouched => {}
+                }
+                u.set(i, crate::pagemap::PageState::Untouched);
+            }
+            self.dontneed(&region_ranges);
+            self.dontneed(&shadow_ranges);
+            drop(u);
+            p = stop;
+        }
     }
 
     /// Unregister, unmap and free everything a region holds. I/O still in flight
@@ -620,14 +669,16 @@ impl Engine {
                     std::hint::spin_loop();
                 }
             }
-            ctx.ring.wait();
-            cqes.clear();
-            ctx.ring.reap(&mut cqes);
-            self.process_cqes(&mut ctx, &cqes);
+            // Re-arm right before sleeping: the poll's completion may have been reaped
+            // anywhere, also inside a direct reclaim while serving a fault.
             if !ctx.uffd_armed && !self.is_shutdown() {
                 ctx.uffd_armed = true;
                 ctx.ring.poll(self.uffd.raw(), TOKEN_UFFD);
             }
+            ctx.ring.wait();
+            cqes.clear();
+            ctx.ring.reap(&mut cqes);
+            self.process_cqes(&mut ctx, &cqes);
         }
     }
 
@@ -635,10 +686,7 @@ impl Engine {
     fn serve_faults(&self, ctx: &mut ThreadCtx) -> usize {
         let mut total = 0;
         loop {
-            let n = match self.uffd.read_msgs(&mut ctx.msgs) {
-                Ok(n) => n,
-                Err(_) => 0,
-            };
+            let n = self.uffd.read_msgs(&mut ctx.msgs).unwrap_or_default();
             if n == 0 {
                 return total;
             }

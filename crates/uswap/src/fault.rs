@@ -10,7 +10,7 @@ use crate::pagemap::{PageState, RegionInner, UnitPages};
 use crate::slots::Slot;
 use crate::swap_cache::{CacheState, Entry, Lookup, Owner};
 use crate::uffd::{Fault, Wake};
-use crate::{ReadaheadPolicy, StaleSlotPolicy, PAGE_SIZE, UNIT_PAGES, UNIT_SIZE};
+use crate::{ReadaheadPolicy, PAGE_SIZE, UNIT_PAGES, UNIT_SIZE};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, OnceLock};
 
@@ -54,7 +54,11 @@ impl Engine {
 
     fn handle_missing(&self, ctx: &mut ThreadCtx, r: &Arc<RegionInner>, page: u64, write: bool) {
         // Room first, with no lock held: reclaim takes unit locks.
-        let want = 1 + self.cfg.readahead_max_pages as i64;
+        let want = if self.unit_mode(r) {
+            UNIT_PAGES as i64
+        } else {
+            1 + self.cfg.readahead_max_pages as i64
+        };
         self.make_room(ctx, r, want);
         let unit = r.unit_of(page);
         let mut u = unit.lock();
@@ -65,14 +69,22 @@ impl Engine {
         unit.referenced.store(true, Relaxed);
         let i = page as usize % UNIT_PAGES;
         match u.get(i) {
-            PageState::Untouched => self.zero_fill(r, &mut u, page, write),
+            PageState::Untouched => {
+                if !(write && self.zero_fill_unit(r, &mut u, page)) {
+                    self.zero_fill(r, &mut u, page, write)
+                }
+            }
             PageState::Resident { .. } => {
                 let _ = self.uffd.wake(r.page_addr(page), PAGE_SIZE);
             }
             PageState::Poisoned => {
                 let _ = self.uffd.poison(r.page_addr(page), PAGE_SIZE);
             }
-            PageState::Swapped(slot) => self.swap_in(ctx, r, &mut u, page, slot),
+            PageState::Swapped(slot) => {
+                if !(self.unit_mode(r) && self.swap_in_unit(ctx, r, &mut u, page, write)) {
+                    self.swap_in(ctx, r, &mut u, page, slot, write)
+                }
+            }
         }
         self.lru_add(r, page, &u);
     }
@@ -82,7 +94,7 @@ impl Engine {
     pub(crate) fn lru_add(&self, r: &RegionInner, page: u64, u: &UnitPages) {
         let unit = r.unit_of(page);
         if u.resident > 0 && !unit.on_lru.swap(true, Relaxed) {
-            let key = (r.id as u64) << 32 | page / UNIT_PAGES as u64;
+            let key = ((r.id as u64) << 32) | (page / UNIT_PAGES as u64);
             self.lru
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -156,23 +168,27 @@ impl Engine {
         u: &mut UnitPages,
         page: u64,
         slot: Slot,
+        write: bool,
     ) {
         let owner = Owner { region: r.id, page };
-        match self.cache.fault_lookup(slot, owner) {
+        match self.cache.fault_lookup(slot, owner, write) {
             Lookup::Hit(e) => {
                 r.counters.minflt.fetch_add(1, Relaxed);
                 r.counters.swapcache_hit.fetch_add(1, Relaxed);
                 if e.readahead {
                     r.counters.swap_ra_hit.fetch_add(1, Relaxed);
-                    match r.policy.readahead {
-                        ReadaheadPolicy::Vma => {
-                            r.ra.lock().unwrap_or_else(|p| p.into_inner()).hit()
-                        }
-                        ReadaheadPolicy::Cluster => self.cluster_ra.hit(),
-                        ReadaheadPolicy::Off => {}
-                    }
                 }
-                self.map_cached(r, u, page, &[slot]);
+                match r.policy.readahead {
+                    // The kernel's lookup_swap_cache: a hit also moves the stream position.
+                    ReadaheadPolicy::Vma => {
+                        r.ra.lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .cache_hit(page, e.readahead)
+                    }
+                    ReadaheadPolicy::Cluster if e.readahead => self.cluster_ra.hit(),
+                    _ => {}
+                }
+                self.map_cached(r, u, page, &[slot], write);
             }
             Lookup::InFlight => {}
             Lookup::Miss => {
@@ -263,6 +279,7 @@ impl Engine {
             state: CacheState::Reading,
             readahead: true,
             waiters: false,
+            write: false,
         };
         if self.cache.insert(s, e) {
             self.slots.set_cache(s);
@@ -296,12 +313,23 @@ impl Engine {
     /// Map cached copies of consecutive pages `page..page+slots.len()` from the shadow
     /// into the region, write-protected (clean, slot valid), and free the shadow
     /// pages. The caller removed their cache entries. Under the unit's lock.
-    pub(crate) fn map_cached(&self, r: &RegionInner, u: &mut UnitPages, page: u64, slots: &[Slot]) {
+    /// Map cached copies of consecutive pages `page..page+slots.len()` from the shadow
+    /// into the region and free the shadow pages. The caller removed their cache
+    /// entries. Clean: write-protected, the slot stays valid. `dirty` (the fault was a
+    /// write): writable at once, the slot is stale (seed 001). Under the unit's lock.
+    pub(crate) fn map_cached(
+        &self,
+        r: &RegionInner,
+        u: &mut UnitPages,
+        page: u64,
+        slots: &[Slot],
+        dirty: bool,
+    ) {
         let n = slots.len();
         let (dst, src) = (r.page_addr(page), r.shadow_addr(page));
         if let Err(e) = self
             .uffd
-            .copy(dst, src as *const u8, n * PAGE_SIZE, true, Wake::Yes)
+            .copy(dst, src as *const u8, n * PAGE_SIZE, !dirty, Wake::Yes)
         {
             self.map_failed("swap-in copy", dst, e);
         }
@@ -309,13 +337,18 @@ impl Engine {
         let i = page as usize % UNIT_PAGES;
         for (k, &s) in slots.iter().enumerate() {
             self.slots.clear_cache(s);
-            u.set(
-                i + k,
+            let state = if dirty {
+                PageState::Resident {
+                    dirty: true,
+                    slot: self.stale_slot_of(r, s),
+                }
+            } else {
                 PageState::Resident {
                     dirty: false,
                     slot: Some(s),
-                },
-            );
+                }
+            };
+            u.set(i + k, state);
         }
         u.resident += n as u32;
         self.resident.fetch_add(n as i64, Relaxed);
@@ -330,17 +363,13 @@ impl Engine {
             let _ = self.uffd.wake(addr, PAGE_SIZE);
             return;
         }
+        if self.wp_unit(r, &mut u, page) {
+            return;
+        }
         let i = page as usize % UNIT_PAGES;
         match u.get(i) {
             PageState::Resident { dirty: false, slot } => {
-                let slot = match (slot, self.cfg.stale_slot_policy) {
-                    (Some(s), StaleSlotPolicy::FreeOnWrite) => {
-                        self.slots.put(s);
-                        r.counters.stale_slot_freed.fetch_add(1, Relaxed);
-                        None
-                    }
-                    (s, _) => s,
-                };
+                let slot = slot.and_then(|s| self.stale_slot_of(r, s));
                 u.set(i, PageState::Resident { dirty: true, slot });
                 r.counters.wpflt.fetch_add(1, Relaxed);
                 if let Err(e) = self.uffd.write_protect(addr, PAGE_SIZE, false, Wake::Yes) {
@@ -378,7 +407,7 @@ impl Engine {
         match op.kind {
             OpKind::Read => {
                 let n = self.read_seq.fetch_add(1, Relaxed) + 1;
-                if inj.fail_read_every > 0 && n % inj.fail_read_every == 0 {
+                if inj.fail_read_every > 0 && n.is_multiple_of(inj.fail_read_every) {
                     res = -libc::EIO;
                 }
                 self.complete_read(ctx, op, res);
@@ -386,7 +415,7 @@ impl Engine {
             OpKind::Write => {
                 self.writes_inflight.fetch_sub(1, Relaxed);
                 let n = self.write_seq.fetch_add(1, Relaxed) + 1;
-                if inj.fail_write_every > 0 && n % inj.fail_write_every == 0 {
+                if inj.fail_write_every > 0 && n.is_multiple_of(inj.fail_write_every) {
                     res = -libc::EIO;
                 }
                 self.complete_write(ctx, op, res);
@@ -395,6 +424,9 @@ impl Engine {
     }
 
     fn complete_read(&self, ctx: &mut ThreadCtx, mut op: Op, res: i32) {
+        if op.unit_read {
+            return self.complete_unit_read(ctx, op, res);
+        }
         let r = op.region.clone();
         let ok = res >= 0 && res as usize == op.bytes();
         if !ok && !r.is_dead() {
@@ -410,7 +442,7 @@ impl Engine {
         while k < op.pages.len() {
             let unit_no = op.pages[k] / UNIT_PAGES as u64;
             let mut u = r.unit_of(op.pages[k]).lock();
-            let mut to_map: Vec<(u64, Slot)> = Vec::new();
+            let mut to_map: Vec<(u64, Slot, bool)> = Vec::new();
             while k < op.pages.len() && op.pages[k] / UNIT_PAGES as u64 == unit_no {
                 let (page, slot) = (op.pages[k], op.slot + k as u64);
                 k += 1;
@@ -418,10 +450,15 @@ impl Engine {
                     self.drop_cache_entry(slot);
                     continue;
                 }
+                if u.get(page as usize % UNIT_PAGES) != PageState::Swapped(slot) {
+                    // Discarded while the read was in flight: drop it, let waiters retry.
+                    self.drop_orphan(&r, page, slot);
+                    continue;
+                }
                 if ok {
                     r.counters.pswpin.fetch_add(1, Relaxed);
                     match self.cache.complete_io(slot) {
-                        Some(e) if e.waiters => to_map.push((page, slot)),
+                        Some(e) if e.waiters => to_map.push((page, slot, e.write)),
                         Some(_) => self.push_inactive(r.id, page, slot),
                         None => {}
                     }
@@ -442,11 +479,14 @@ impl Engine {
             let mut a = 0;
             while a < to_map.len() {
                 let mut b = a + 1;
-                while b < to_map.len() && to_map[b].0 == to_map[b - 1].0 + 1 {
+                while b < to_map.len()
+                    && to_map[b].0 == to_map[b - 1].0 + 1
+                    && to_map[b].2 == to_map[a].2
+                {
                     b += 1;
                 }
                 let slots: Vec<Slot> = to_map[a..b].iter().map(|x| x.1).collect();
-                self.map_cached(&r, &mut u, to_map[a].0, &slots);
+                self.map_cached(&r, &mut u, to_map[a].0, &slots, to_map[a].2);
                 a = b;
             }
             if !to_map.is_empty() {
@@ -460,6 +500,17 @@ impl Engine {
         if self.cache.remove(slot).is_some() {
             self.slots.clear_cache(slot);
             self.cached.fetch_sub(1, Relaxed);
+        }
+    }
+
+    /// I/O finished for a page that no longer owns `slot` (discarded meanwhile):
+    /// free the copy, wake whoever waited so that they fault again.
+    pub(crate) fn drop_orphan(&self, r: &RegionInner, page: u64, slot: Slot) {
+        let waited = self.cache.get(slot).is_some_and(|e| e.waiters);
+        self.drop_cache_entry(slot);
+        self.dontneed(&[(r.shadow_addr(page), PAGE_SIZE)]);
+        if waited {
+            let _ = self.uffd.wake(r.page_addr(page), PAGE_SIZE);
         }
     }
 

@@ -37,6 +37,8 @@ pub struct Op {
     pub slot: Slot,
     /// Tries so far.
     pub attempt: u8,
+    /// Part of a whole-unit (2 MiB) swap-in: map the unit whole when all parts are in.
+    pub unit_read: bool,
     iov: Vec<libc::iovec>,
 }
 
@@ -54,6 +56,7 @@ impl Op {
             pages,
             slot,
             attempt: 0,
+            unit_read: false,
             iov,
         }
     }

@@ -20,6 +20,7 @@ pub mod backend;
 mod engine;
 pub mod error;
 mod fault;
+pub mod fork;
 mod io;
 pub mod pagemap;
 pub mod pool;
@@ -31,8 +32,10 @@ pub mod slots;
 pub mod stats;
 pub mod swap_cache;
 pub mod uffd;
+mod unit;
 
 pub use error::{Error, Result};
+pub use fork::{after_fork_child, after_fork_parent, prepare_fork};
 pub use pool::{
     DeviceKind, FaultInjection, Pool, PoolBuilder, ReadaheadPolicy, StaleSlotPolicy, UnitPolicy,
 };

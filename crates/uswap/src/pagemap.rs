@@ -81,6 +81,10 @@ pub struct UnitPages {
     words: Box<[u64; UNIT_PAGES]>,
     /// Pages of this unit mapped in the region.
     pub resident: u32,
+    /// Requests in flight of a whole-unit read (2 MiB swap-in); 0 when none.
+    pub unit_reads: u32,
+    /// A fault waiting for the whole-unit read was a write.
+    pub unit_write: bool,
 }
 
 impl UnitPages {
@@ -110,6 +114,8 @@ impl Unit {
             pages: Mutex::new(UnitPages {
                 words: Box::new([0; UNIT_PAGES]),
                 resident: 0,
+                unit_reads: 0,
+                unit_write: false,
             }),
             referenced: AtomicBool::new(false),
             on_lru: AtomicBool::new(false),
@@ -174,6 +180,8 @@ pub struct RegionInner {
     pub dead: AtomicBool,
     /// Bytes of metadata charged to the budget for this region.
     pub metadata_bytes: u64,
+    /// The unit last swapped in whole (`UnitPolicy::Auto`'s sequential test).
+    pub last_whole_unit: std::sync::atomic::AtomicU64,
 }
 
 impl RegionInner {
@@ -200,6 +208,7 @@ impl RegionInner {
             counters: EventCounters::default(),
             dead: AtomicBool::new(false),
             metadata_bytes,
+            last_whole_unit: std::sync::atomic::AtomicU64::new(u64::MAX),
         }
     }
 

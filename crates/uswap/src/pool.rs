@@ -13,11 +13,11 @@ use std::sync::Arc;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum UnitPolicy {
     /// 4 KiB pages.
-    #[default]
     Small,
     /// Whole 2 MiB units where the region allows it (counted fallbacks otherwise).
     Huge,
-    /// 2 MiB units where the access pattern says it pays.
+    /// 2 MiB units where the access pattern says it pays (the default).
+    #[default]
     Auto,
 }
 
@@ -91,7 +91,7 @@ impl Default for PoolBuilder {
             stale_slot_policy: StaleSlotPolicy::FreeOnWrite,
             readahead: ReadaheadPolicy::Vma,
             readahead_max_pages: 8,
-            unit: UnitPolicy::Small,
+            unit: UnitPolicy::Auto,
             spin_us: 0,
             inject: FaultInjection::default(),
         }

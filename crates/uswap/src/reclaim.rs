@@ -151,6 +151,16 @@ impl Engine {
                 }
             }
         }
+        // A whole unit leaves as one 2 MiB write to one cluster.
+        if self.unit_mode(r) && moved_idx.len() == UNIT_PAGES && self.evict_whole(ctx, r, u, first)
+        {
+            let n = UNIT_PAGES as i64;
+            u.resident = 0;
+            self.resident.fetch_sub(n, Relaxed);
+            self.cached.fetch_add(n, Relaxed);
+            r.counters.evicted.fetch_add(n as u64, Relaxed);
+            return n;
+        }
         // 2. Classify.
         let mut dirty: Vec<usize> = Vec::new();
         let mut zeros: Vec<(usize, usize)> = Vec::new();
@@ -170,6 +180,7 @@ impl Engine {
                         state: CacheState::Clean,
                         readahead: false,
                         waiters: false,
+                        write: false,
                     };
                     if self.cache.insert(s, e) {
                         self.slots.set_cache(s);
@@ -216,6 +227,7 @@ impl Engine {
                     state: CacheState::Writing,
                     readahead: false,
                     waiters: false,
+                    write: false,
                 };
                 self.cache.insert(s, e);
                 self.slots.set_cache(s);
@@ -234,9 +246,7 @@ impl Engine {
         // Swap full (should not happen: regions commit their swap): keep them in RAM.
         for &i in unbacked {
             let p = first + i as u64;
-            let _ = self
-                .uffd
-                .move_pages(r.page_addr(p), r.shadow_addr(p), PAGE_SIZE, Wake::Yes);
+            self.restore_page(r, p);
             u.set(
                 i,
                 PageState::Resident {
@@ -329,10 +339,14 @@ impl Engine {
                     continue;
                 }
                 let i = page as usize % UNIT_PAGES;
+                if u.get(i) != PageState::Swapped(slot) {
+                    self.drop_orphan(&r, page, slot);
+                    continue;
+                }
                 if ok {
                     r.counters.pswpout.fetch_add(1, Relaxed);
                     match self.cache.complete_io(slot) {
-                        Some(e) if e.waiters => self.map_cached(&r, &mut u, page, &[slot]),
+                        Some(e) if e.waiters => self.map_cached(&r, &mut u, page, &[slot], e.write),
                         Some(_) => self.push_inactive(r.id, page, slot),
                         None => {}
                     }
@@ -351,6 +365,7 @@ impl Engine {
                             state: CacheState::Writing,
                             readahead: false,
                             waiters,
+                            write: false,
                         };
                         self.cache.insert(s, e);
                         self.slots.set_cache(s);
@@ -361,8 +376,7 @@ impl Engine {
                         self.writes_inflight.fetch_add(1, Relaxed);
                         ctx.ring.queue(op2);
                     } else {
-                        let (dst, src) = (r.page_addr(page), r.shadow_addr(page));
-                        let _ = self.uffd.move_pages(dst, src, PAGE_SIZE, Wake::Yes);
+                        self.restore_page(&r, page);
                         u.set(
                             i,
                             PageState::Resident {
@@ -377,6 +391,28 @@ impl Engine {
                     }
                 }
             }
+        }
+    }
+}
+
+impl Engine {
+    /// Put a page held in the shadow back into the region, writable (it stays dirty):
+    /// move it, or copy it where it cannot move. Never drops the data.
+    pub(crate) fn restore_page(&self, r: &RegionInner, p: u64) {
+        let (dst, src) = (r.page_addr(p), r.shadow_addr(p));
+        if self
+            .uffd
+            .move_pages(dst, src, PAGE_SIZE, Wake::Yes)
+            .is_err()
+        {
+            if let Err(e) = self
+                .uffd
+                .copy(dst, src as *const u8, PAGE_SIZE, false, Wake::Yes)
+            {
+                eprintln!("uswap: cannot restore page {p} of region {}: {e}", r.id);
+                return;
+            }
+            self.dontneed(&[(src, PAGE_SIZE)]);
         }
     }
 }

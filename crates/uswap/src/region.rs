@@ -79,3 +79,28 @@ impl Drop for Region {
         self.engine.drop_user();
     }
 }
+
+impl Region {
+    /// Throw away the contents of `[offset, offset + len)` (page aligned, inside the
+    /// region), as MADV_DONTNEED does on anonymous memory: the pages read as zeros
+    /// afterwards and their slots and cache copies are freed.
+    pub fn discard(&self, offset: usize, len: usize) -> crate::Result<()> {
+        if !offset.is_multiple_of(crate::PAGE_SIZE)
+            || !len.is_multiple_of(crate::PAGE_SIZE)
+            || offset.checked_add(len).is_none_or(|e| e > self.len())
+        {
+            return Err(crate::Error::InvalidRegionSize {
+                size: len as u64,
+                reason: format!(
+                    "discard range {offset:#x}+{len:#x} is not page aligned inside the region"
+                ),
+            });
+        }
+        self.engine.discard(
+            &self.inner,
+            (offset / crate::PAGE_SIZE) as u64,
+            (len / crate::PAGE_SIZE) as u64,
+        );
+        Ok(())
+    }
+}

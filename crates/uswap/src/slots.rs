@@ -311,6 +311,15 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Where another thread may slip in between peeking at a list and locking the
+/// cluster found there. Tests yield here to make those interleavings common
+/// (with few CPUs they would almost never happen); release code does nothing.
+#[inline]
+fn race_point() {
+    #[cfg(test)]
+    std::thread::yield_now();
+}
+
 /// splitmix64: spreads cursor sequence numbers into random-looking scan bases.
 fn splitmix64(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -461,6 +470,7 @@ impl Inner {
                 }
             };
             // Lock order is cluster → lists: re-check after relocking.
+            race_point();
             let cl = self.cluster(cand)?;
             let mut g = lock(&cl.state);
             let mut l = lock(&self.lists);
@@ -774,6 +784,8 @@ impl SlotAllocator {
     /// were allocated (< n only when the device is full). Each allocated slot gets count 1.
     ///
     /// Runs pushed by this call are merged when contiguous; runs already in `out` are left alone.
+    /// "Full" is judged by one pass over the device: a slot freed by another thread
+    /// behind the scan may be missed until the next call.
     ///
     /// # Panics
     /// If `cur` was made by another allocator.
@@ -808,6 +820,7 @@ impl SlotAllocator {
                 };
                 Inner::pick_free(&l, scan_base, inner.nclusters())?
             };
+            race_point();
             let cl = inner.cluster(cand)?;
             let mut g = lock(&cl.state);
             let mut l = lock(&inner.lists);
@@ -1055,6 +1068,14 @@ mod tests {
         fn below(&mut self, n: u64) -> u64 {
             self.step() % n
         }
+    }
+
+    #[test]
+    fn shareable_between_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        fn send<T: Send>() {}
+        send_sync::<SlotAllocator>();
+        send::<SlotCursor>();
     }
 
     #[test]
@@ -1384,113 +1405,125 @@ mod tests {
         assert_eq!(alloc_vec(&a, &mut cb, 5), vec![yb * 512 + 400]);
     }
 
+    /// `threads` threads, each with a cursor, allocate (4 KiB runs and 2 MiB
+    /// clusters), dup, pin with HAS_CACHE and free at random, `iters` times each.
+    /// A slot must never have two owners at once (a shared bitmap is set on
+    /// alloc, must have been clear, and is cleared before the put), and at the
+    /// end everything must be free and every cluster whole again.
+    fn stress(policy: AllocPolicy, clusters: u64, threads: u64, iters: u32) {
+        let a = Arc::new(SlotAllocator::new(clusters * 512, policy));
+        let owned: Arc<Vec<AtomicBool>> = Arc::new(
+            (0..clusters * 512)
+                .map(|_| AtomicBool::new(false))
+                .collect(),
+        );
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let a = Arc::clone(&a);
+                let owned = Arc::clone(&owned);
+                std::thread::spawn(move || {
+                    let mut rng = Rng(0x9e37_79b9 + t * 7919);
+                    let mut cur = a.cursor();
+                    let mut held: Vec<Slot> = Vec::new();
+                    let mut units: Vec<Slot> = Vec::new();
+                    let mut out = Vec::new();
+                    let claim = |s: Slot| {
+                        assert!(
+                            !owned[s as usize].swap(true, Ordering::SeqCst),
+                            "slot {s} handed out twice"
+                        );
+                    };
+                    let unclaim = |s: Slot| owned[s as usize].store(false, Ordering::SeqCst);
+                    for _ in 0..iters {
+                        match rng.below(10) {
+                            0..=4 => {
+                                out.clear();
+                                let n = 1 + rng.below(64) as usize;
+                                let got = a.alloc(&mut cur, n, &mut out);
+                                let s = slots_of(&out);
+                                assert_eq!(s.len(), got);
+                                for x in s {
+                                    claim(x);
+                                    held.push(x);
+                                }
+                            }
+                            5 => {
+                                if let Some(u) = a.alloc_cluster(&mut cur) {
+                                    (u..u + 512).for_each(claim);
+                                    units.push(u);
+                                }
+                            }
+                            6 => {
+                                if let Some(u) = units.pop() {
+                                    (u..u + 512).for_each(unclaim);
+                                    a.put_run(u, 512);
+                                }
+                            }
+                            7 if !held.is_empty() => {
+                                // A second reference and a cache pin, dropped in random order.
+                                let x = held.swap_remove(rng.below(held.len() as u64) as usize);
+                                a.dup(x);
+                                a.set_cache(x);
+                                assert!(!a.put(x));
+                                unclaim(x);
+                                if rng.below(2) == 0 {
+                                    assert!(!a.put(x));
+                                    assert!(a.clear_cache(x));
+                                } else {
+                                    assert!(!a.clear_cache(x));
+                                    assert!(a.put(x));
+                                }
+                            }
+                            _ => {
+                                let k = rng.below(64).min(held.len() as u64) as usize;
+                                for _ in 0..k {
+                                    let x = held.swap_remove(rng.below(held.len() as u64) as usize);
+                                    unclaim(x);
+                                    assert!(a.put(x));
+                                }
+                            }
+                        }
+                    }
+                    for x in held {
+                        unclaim(x);
+                        assert!(a.put(x));
+                    }
+                    for u in units {
+                        (u..u + 512).for_each(unclaim);
+                        a.put_run(u, 512);
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().expect("worker panicked");
+        }
+        assert_eq!(a.used(), 0, "{policy:?}");
+        assert_eq!(a.double_frees(), 0);
+        assert_eq!(a.invalid_ops(), 0);
+        let mut cur = a.cursor();
+        a.release(&mut cur);
+        assert_eq!(
+            a.free_clusters(),
+            clusters,
+            "{policy:?}: all clusters whole again"
+        );
+        assert_eq!(a.nonfull_clusters(), 0);
+    }
+
     #[test]
     fn concurrent_no_double_ownership() {
-        const CLUSTERS: u64 = 16;
         for policy in [AllocPolicy::Ssd, AllocPolicy::Rotational] {
-            let a = Arc::new(SlotAllocator::new(CLUSTERS * 512, policy));
-            let owned: Arc<Vec<AtomicBool>> = Arc::new(
-                (0..CLUSTERS * 512)
-                    .map(|_| AtomicBool::new(false))
-                    .collect(),
-            );
-            let handles: Vec<_> = (0..4u64)
-                .map(|t| {
-                    let a = Arc::clone(&a);
-                    let owned = Arc::clone(&owned);
-                    std::thread::spawn(move || {
-                        let mut rng = Rng(0x9e37_79b9 + t * 7919);
-                        let mut cur = a.cursor();
-                        let mut held: Vec<Slot> = Vec::new();
-                        let mut units: Vec<Slot> = Vec::new();
-                        let mut out = Vec::new();
-                        let claim = |s: Slot| {
-                            assert!(
-                                !owned[s as usize].swap(true, Ordering::SeqCst),
-                                "slot {s} handed out twice"
-                            );
-                        };
-                        for _ in 0..10_000 {
-                            match rng.below(10) {
-                                0..=4 => {
-                                    out.clear();
-                                    let n = 1 + rng.below(64) as usize;
-                                    let got = a.alloc(&mut cur, n, &mut out);
-                                    let s = slots_of(&out);
-                                    assert_eq!(s.len(), got);
-                                    for x in s {
-                                        claim(x);
-                                        held.push(x);
-                                    }
-                                }
-                                5 => {
-                                    if let Some(u) = a.alloc_cluster(&mut cur) {
-                                        for x in u..u + 512 {
-                                            claim(x);
-                                        }
-                                        units.push(u);
-                                    }
-                                }
-                                6 => {
-                                    if let Some(u) = units.pop() {
-                                        for x in u..u + 512 {
-                                            owned[x as usize].store(false, Ordering::SeqCst);
-                                        }
-                                        a.put_run(u, 512);
-                                    }
-                                }
-                                7 if !held.is_empty() => {
-                                    // A second reference and a cache pin, dropped in random order.
-                                    let i = rng.below(held.len() as u64) as usize;
-                                    let x = held.swap_remove(i);
-                                    a.dup(x);
-                                    a.set_cache(x);
-                                    assert!(!a.put(x));
-                                    owned[x as usize].store(false, Ordering::SeqCst);
-                                    if rng.below(2) == 0 {
-                                        assert!(!a.put(x));
-                                        a.clear_cache(x);
-                                    } else {
-                                        assert!(!a.clear_cache(x));
-                                        a.put(x);
-                                    }
-                                }
-                                _ => {
-                                    let k = rng.below(64).min(held.len() as u64) as usize;
-                                    for _ in 0..k {
-                                        let i = rng.below(held.len() as u64) as usize;
-                                        let x = held.swap_remove(i);
-                                        owned[x as usize].store(false, Ordering::SeqCst);
-                                        assert!(a.put(x));
-                                    }
-                                }
-                            }
-                        }
-                        for x in held {
-                            owned[x as usize].store(false, Ordering::SeqCst);
-                            assert!(a.put(x));
-                        }
-                        for u in units {
-                            for x in u..u + 512 {
-                                owned[x as usize].store(false, Ordering::SeqCst);
-                            }
-                            a.put_run(u, 512);
-                        }
-                    })
-                })
-                .collect();
-            for h in handles {
-                h.join().expect("worker panicked");
-            }
-            assert_eq!(a.used(), 0, "{policy:?}");
-            assert_eq!(a.double_frees(), 0);
-            let mut cur = a.cursor();
-            a.release(&mut cur);
-            assert_eq!(
-                a.free_clusters(),
-                CLUSTERS,
-                "{policy:?}: all clusters whole again"
-            );
+            stress(policy, 16, 4, 10_000);
+        }
+    }
+
+    #[test]
+    fn concurrent_tiny_device() {
+        // 4 clusters for 8 threads: lists run dry all the time, so the linear
+        // scan, stealing from owned clusters and alloc_cluster races get exercised.
+        for policy in [AllocPolicy::Ssd, AllocPolicy::Rotational] {
+            stress(policy, 4, 8, 10_000);
         }
     }
 }

@@ -51,6 +51,8 @@ pub struct Entry {
     pub readahead: bool,
     /// A fault is waiting: map the page when the I/O completes.
     pub waiters: bool,
+    /// A waiting fault is a write: map the page writable (dirty) at once.
+    pub write: bool,
 }
 
 /// What a fault found.
@@ -90,7 +92,7 @@ impl SwapCache {
 
     /// A fault on a page swapped to `slot`: dedup against I/O in flight, take a clean
     /// copy, or insert a `Reading` entry for the read the caller will issue.
-    pub fn fault_lookup(&self, slot: Slot, owner: Owner) -> Lookup {
+    pub fn fault_lookup(&self, slot: Slot, owner: Owner, write: bool) -> Lookup {
         let mut s = self.shard(slot);
         match s.get_mut(&slot) {
             Some(e) if e.state == CacheState::Clean => {
@@ -100,6 +102,7 @@ impl SwapCache {
             }
             Some(e) => {
                 e.waiters = true;
+                e.write |= write;
                 Lookup::InFlight
             }
             None => {
@@ -110,6 +113,7 @@ impl SwapCache {
                         state: CacheState::Reading,
                         readahead: false,
                         waiters: true,
+                        write,
                     },
                 );
                 self.len.fetch_add(1, Relaxed);
@@ -148,6 +152,16 @@ impl SwapCache {
             e.state = CacheState::Clean;
             Some(*e)
         }
+    }
+
+    /// I/O on `slot` finished: the copy becomes `Clean`, whoever waits; the entry is
+    /// returned as it was (for whole-unit reads, mapped together later).
+    pub fn finish_io(&self, slot: Slot) -> Option<Entry> {
+        let mut s = self.shard(slot);
+        let e = s.get_mut(&slot)?;
+        let before = *e;
+        e.state = CacheState::Clean;
+        Some(before)
     }
 
     /// Remove the entry for `slot` (any state).
@@ -197,10 +211,10 @@ mod tests {
     #[test]
     fn concurrent_faults_cost_one_read() {
         let c = SwapCache::new(1 << 20);
-        assert_eq!(c.fault_lookup(42, O), Lookup::Miss);
+        assert_eq!(c.fault_lookup(42, O, false), Lookup::Miss);
         // Second and third faults on the same slot: no new I/O.
-        assert_eq!(c.fault_lookup(42, O), Lookup::InFlight);
-        assert_eq!(c.fault_lookup(42, O), Lookup::InFlight);
+        assert_eq!(c.fault_lookup(42, O, false), Lookup::InFlight);
+        assert_eq!(c.fault_lookup(42, O, false), Lookup::InFlight);
         let e = c.complete_io(42).unwrap();
         assert!(e.waiters);
         assert!(c.is_empty());
@@ -214,7 +228,7 @@ mod tests {
             for _ in 0..8 {
                 s.spawn(|| {
                     for slot in 0..2000u64 {
-                        if c.fault_lookup(slot, O) == Lookup::Miss {
+                        if c.fault_lookup(slot, O, false) == Lookup::Miss {
                             misses.fetch_add(1, Relaxed);
                         }
                     }
@@ -237,18 +251,19 @@ mod tests {
             state: CacheState::Reading,
             readahead: true,
             waiters: false,
+            write: false,
         };
         assert!(c.insert(9, ra));
         assert!(!c.insert(9, ra), "double insert must be refused");
         // The read completes with nobody waiting: a clean readahead copy stays.
         assert_eq!(c.complete_io(9).unwrap().state, CacheState::Clean);
-        match c.fault_lookup(9, O) {
+        match c.fault_lookup(9, O, false) {
             Lookup::Hit(e) => assert!(e.readahead),
             other => panic!("expected a hit, got {other:?}"),
         }
         assert!(c.is_empty());
         // The slot can be cached again (reuse after free).
-        assert_eq!(c.fault_lookup(9, O), Lookup::Miss);
+        assert_eq!(c.fault_lookup(9, O, false), Lookup::Miss);
     }
 
     #[test]
@@ -259,6 +274,7 @@ mod tests {
             state: CacheState::Writing,
             readahead: false,
             waiters: false,
+            write: false,
         };
         c.insert(5, w);
         assert_eq!(
@@ -269,8 +285,12 @@ mod tests {
         c.complete_io(5);
         assert!(c.remove_clean(5).is_some());
         c.insert(6, w);
-        assert_eq!(c.fault_lookup(6, O), Lookup::InFlight);
-        assert!(c.complete_io(6).unwrap().waiters);
+        assert_eq!(c.fault_lookup(6, O, true), Lookup::InFlight);
+        let e = c.complete_io(6).unwrap();
+        assert!(
+            e.waiters && e.write,
+            "a write fault waiting on writeback maps the page dirty"
+        );
     }
 
     #[test]

@@ -350,7 +350,8 @@ impl Uffd {
     }
 
     /// Set (`protect`) or clear write protection on a present range. Clearing wakes
-    /// the waiters unless told not to.
+    /// the waiters unless told not to; setting never wakes (and the kernel refuses
+    /// WP together with DONTWAKE, so `wake` is ignored then).
     pub fn write_protect(
         &self,
         start: usize,
@@ -358,10 +359,13 @@ impl Uffd {
         protect: bool,
         wake: Wake,
     ) -> io::Result<()> {
-        let mut mode = if protect { WP_MODE_WP } else { 0 };
-        if wake == Wake::No {
-            mode |= WP_MODE_DONTWAKE;
-        }
+        let mode = if protect {
+            WP_MODE_WP
+        } else if wake == Wake::No {
+            WP_MODE_DONTWAKE
+        } else {
+            0
+        };
         let mut w = UffdioWriteprotect {
             range: UffdioRange {
                 start: start as u64,
