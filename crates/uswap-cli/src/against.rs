@@ -1,1 +1,946 @@
 //! `uswap bench --against kernel|zram|zswap`: the same workload on kernel swap and on uswap.
+//!
+//! Each side runs as a child of this process: the same command line minus the comparison
+//! flags, plus `--memory plain|uswap --json`, placed in a fresh memory cgroup (before it
+//! allocates anything) limited to the budget plus [`ALLOWANCE`] for the program itself.
+//!
+//! * kernel side: kernel swap on (a swap file next to uswap's, zram, or zswap in front of a
+//!   swap file), the cgroup allowed to swap; /proc/vmstat deltas recorded around the child.
+//! * uswap side: kernel swap off, the cgroup not allowed to swap.
+//!
+//! Sides alternate for `--repeat N`; the report gives medians and ratios uswap/kernel.
+//! Everything set up is undone by guards (`Drop`) on success, error, child failure and
+//! SIGINT/SIGTERM/SIGHUP.
+//!
+//! `run_in_cgroup` (`--cgroup-limit SIZE`) runs the bench alone in a memcg of that size
+//! with no kernel swap and says whether the OOM killer struck: the "honest budget" check.
+//!
+//! Environment (for tests and partial runs):
+//! * `USWAP_BENCH_FAIL_SIDE=uswap|kernel`: that side's child gets a bogus argument and fails.
+//! * `USWAP_BENCH_SIDES=kernel|uswap`: run only that side (no ratios).
+//! * `USWAP_CGROUP_VERSION=v1|v2`: force a cgroup interface.
+//! * `USWAP_BENCH_TIMEOUT=SECONDS`: kill a child that runs longer (default 1800).
+
+
+use crate::bench::BenchArgs;
+use crate::cgroup::{self, Hierarchy, Memcg, OomStats, SwapPolicy};
+use crate::kswap::{self, KernelSwap, Kind};
+use crate::plot;
+use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::Read;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
+use std::time::Instant;
+
+/// Memory allowed on top of the budget for the program itself (binary, heap, histograms),
+/// the same on both sides.
+pub const ALLOWANCE: u64 = 64 << 20;
+
+/// The argument the injected failure adds.
+const BOGUS_ARG: &str = "--injected-failure-uswap-bench-fail-side";
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+static SIGNALS: AtomicU32 = AtomicU32::new(0);
+static CHILD: AtomicI32 = AtomicI32::new(0);
+
+const MIB: f64 = 1048576.0;
+
+/// Bytes for humans: `64 MiB`, `1.5 GiB`.
+fn fmt_size(b: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i < units.len() - 1 {
+        v /= 1024.0;
+        i += 1;
+    }
+    if v.fract() == 0.0 {
+        format!("{v:.0} {}", units[i])
+    } else {
+        format!("{v:.1} {}", units[i])
+    }
+}
+const PAGE: f64 = 4096.0;
+
+/// One side of the comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Kernel,
+    Uswap,
+}
+
+impl Side {
+    fn name(self) -> &'static str {
+        match self {
+            Side::Kernel => "kernel",
+            Side::Uswap => "uswap",
+        }
+    }
+    fn memory(self) -> &'static str {
+        match self {
+            Side::Kernel => "plain",
+            Side::Uswap => "uswap",
+        }
+    }
+}
+
+fn need_root() -> Result<(), String> {
+    // SAFETY: geteuid(2) has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("needs root to create cgroups and enable swap (run it with sudo)".into());
+    }
+    Ok(())
+}
+
+/// SIGINT/SIGTERM/SIGHUP: remember it, pass it on to the running child (SIGKILL on the
+/// second one), and let the main thread unwind through the guards.
+fn install_signals() -> Result<(), String> {
+    static INSTALLED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    INSTALLED
+        .get_or_init(|| {
+            ctrlc::set_handler(|| {
+                INTERRUPTED.store(true, Ordering::SeqCst);
+                let n = SIGNALS.fetch_add(1, Ordering::SeqCst);
+                let pid = CHILD.load(Ordering::SeqCst);
+                if pid > 0 {
+                    let sig = if n == 0 { libc::SIGTERM } else { libc::SIGKILL };
+                    // SAFETY: kill(2) on our own child's pid; touches no memory.
+                    unsafe { libc::kill(pid, sig) };
+                }
+                eprintln!("uswap: interrupted, cleaning up");
+            })
+            .map_err(|e| format!("install the signal handler: {e}"))
+        })
+        .clone()
+}
+
+fn check_interrupted() -> Result<(), String> {
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        return Err("interrupted; everything set up was undone".into());
+    }
+    Ok(())
+}
+
+/// The child's arguments: `bench`, every workload and engine setting of ours, then `extra`.
+fn child_argv(args: &BenchArgs, extra: &[&str]) -> Vec<OsString> {
+    std::iter::once("bench".to_string())
+        .chain(args.to_cli_args())
+        .chain(extra.iter().map(|s| s.to_string()))
+        .map(OsString::from)
+        .collect()
+}
+
+fn side_argv(args: &BenchArgs, side: Side) -> Vec<OsString> {
+    let mut extra = vec!["--memory", side.memory(), "--json"];
+    if std::env::var("USWAP_BENCH_FAIL_SIDE").ok().as_deref() == Some(side.name()) {
+        extra.push(BOGUS_ARG);
+    }
+    child_argv(args, &extra)
+}
+
+fn describe_status(st: ExitStatus) -> String {
+    match (st.code(), st.signal()) {
+        (Some(c), _) => format!("exit status {c}"),
+        (None, Some(9)) => "killed by SIGKILL".into(),
+        (None, Some(s)) => format!("killed by signal {s}"),
+        _ => st.to_string(),
+    }
+}
+
+/// Start `argv` of our own binary as a child inside `cg` (it enters the cgroup between
+/// fork and exec, so everything it allocates is charged).
+fn spawn_in(cg: &Memcg, argv: &[OsString], capture: bool) -> Result<std::process::Child, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("find our own executable: {e}"))?;
+    let procs = cg.procs_fd()?;
+    let fd = cgroup::raw(&procs);
+    let mut cmd = Command::new(exe);
+    cmd.args(argv)
+        .env("USWAP_BENCH_CHILD", "1")
+        .stdin(Stdio::null());
+    if capture {
+        cmd.stdout(Stdio::piped());
+    }
+    // SAFETY: the hook only calls getpid(2) and write(2) on an inherited fd, both
+    // async-signal-safe, with no allocation (see cgroup::enter_from_child).
+    unsafe {
+        cmd.pre_exec(move || cgroup::enter_from_child(fd));
+    }
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("start the bench child: {e}"))?;
+    drop(procs);
+    CHILD.store(child.id() as i32, Ordering::SeqCst);
+    Ok(child)
+}
+
+/// Kills a child that runs past `USWAP_BENCH_TIMEOUT` seconds (default 1800): a hung side
+/// must end the comparison with an error, not hang it.
+struct Watchdog {
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<bool>>,
+    limit_s: u64,
+}
+
+impl Watchdog {
+    fn start(pid: u32) -> Watchdog {
+        let limit_s = std::env::var("USWAP_BENCH_TIMEOUT")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(1800u64);
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            match rx.recv_timeout(std::time::Duration::from_secs(limit_s)) {
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    // SAFETY: kill(2) on our own child, not yet reaped (the main thread is
+                    // still waiting for it); touches no memory.
+                    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                    true
+                }
+                _ => false,
+            }
+        });
+        Watchdog {
+            stop: Some(tx),
+            thread: Some(thread),
+            limit_s,
+        }
+    }
+
+    /// Stop watching; whether the child was killed for running too long.
+    fn fired(mut self) -> bool {
+        self.stop.take();
+        self.thread
+            .take()
+            .map(|t| t.join().unwrap_or(false))
+            .unwrap_or(false)
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.stop.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// What one child run produced.
+#[derive(Debug, Clone)]
+struct RunOut {
+    side: Side,
+    bench: Value,
+    wall_s: f64,
+    vmstat: BTreeMap<String, u64>,
+    oom: OomStats,
+    memcg_peak: Option<u64>,
+    zram_mem_used_max: Option<u64>,
+}
+
+/// "; last output:\n<the last lines>", or nothing when there was no output.
+fn tail(s: &str, lines: usize) -> String {
+    let v: Vec<&str> = s.lines().filter(|l| !l.trim().is_empty()).collect();
+    if v.is_empty() {
+        return String::new();
+    }
+    format!(
+        "; last output:\n{}",
+        v[v.len().saturating_sub(lines)..].join("\n")
+    )
+}
+
+fn verify_ok(v: &Value) -> Option<bool> {
+    match v.get("verify")? {
+        Value::Bool(b) => Some(*b),
+        Value::String(s) => Some(matches!(
+            s.to_ascii_lowercase().as_str(),
+            "ok" | "pass" | "passed"
+        )),
+        _ => Some(false),
+    }
+}
+
+fn run_side(
+    args: &BenchArgs,
+    h: &Hierarchy,
+    side: Side,
+    limit: u64,
+    ks: Option<&mut KernelSwap>,
+) -> Result<RunOut, String> {
+    check_interrupted()?;
+    let swap = match side {
+        Side::Kernel => SwapPolicy::Allowed,
+        Side::Uswap => SwapPolicy::Forbidden,
+    };
+    let mut ks = ks;
+    if let Some(k) = ks.as_deref_mut() {
+        k.on()?;
+    }
+    if side == Side::Uswap {
+        let on = kswap::active_swaps();
+        if !on.is_empty() {
+            return Err(format!(
+                "kernel swap is on ({}) for the uswap side",
+                on.join(", ")
+            ));
+        }
+    }
+    let cg = Memcg::create(h, limit, swap)?;
+    let argv = side_argv(args, side);
+    let before = kswap::vmstat();
+    let t0 = Instant::now();
+    let mut child = spawn_in(&cg, &argv, true)?;
+    let dog = Watchdog::start(child.id());
+    let mut out = String::new();
+    let read = child.stdout.take().map(|mut s| s.read_to_string(&mut out));
+    let status = child.wait();
+    CHILD.store(0, Ordering::SeqCst);
+    let timeout_s = dog.limit_s;
+    let timed_out = dog.fired();
+    let wall_s = t0.elapsed().as_secs_f64();
+    let after = kswap::vmstat();
+    let status = status.map_err(|e| format!("wait for the {} side: {e}", side.name()))?;
+    if let Some(Err(e)) = read {
+        eprintln!("uswap: reading the {} side's output: {e}", side.name());
+    }
+    let oom = cg.oom_stats();
+    let memcg_peak = cg.peak_bytes();
+    let limit_s = fmt_size(limit);
+    drop(cg);
+    let zram_mem_used_max = ks.as_deref().and_then(|k| k.zram_mem_used_max());
+    if let Some(k) = ks {
+        k.off()?;
+    }
+    check_interrupted()?;
+    if timed_out {
+        return Err(format!(
+            "the {} side did not finish within {timeout_s} s (USWAP_BENCH_TIMEOUT) and was killed{}",
+            side.name(),
+            tail(&out, 10)
+        ));
+    }
+    if oom.oom_kill > 0 {
+        return Err(format!(
+            "the {} side was OOM-killed in its memory cgroup (limit {limit_s}, budget + {} \
+             allowance){}",
+            side.name(),
+            fmt_size(ALLOWANCE),
+            tail(&out, 10)
+        ));
+    }
+    if !status.success() {
+        return Err(format!(
+            "the {} side failed ({}); command: {} {}{}",
+            side.name(),
+            describe_status(status),
+            std::env::current_exe()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            argv.iter()
+                .map(|a| a.to_string_lossy())
+                .collect::<Vec<_>>()
+                .join(" "),
+            tail(&out, 10)
+        ));
+    }
+    let last = out
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    let bench: Value = serde_json::from_str(last).map_err(|e| {
+        format!(
+            "the {} side's last output line is not JSON ({e}): {last:?}",
+            side.name()
+        )
+    })?;
+    match verify_ok(&bench) {
+        Some(true) => {}
+        Some(false) => {
+            return Err(format!(
+                "the {} side's data verification failed: verify = {}",
+                side.name(),
+                bench["verify"]
+            ))
+        }
+        None => eprintln!(
+            "uswap: warning: the {} side reported no `verify`",
+            side.name()
+        ),
+    }
+    Ok(RunOut {
+        side,
+        bench,
+        wall_s,
+        vmstat: kswap::vmstat_delta(&before, &after),
+        oom,
+        memcg_peak,
+        zram_mem_used_max,
+    })
+}
+
+/// Headline numbers: key, label, whether higher is better for uswap.
+const HEADLINES: &[(&str, &str, Option<bool>)] = &[
+    ("throughput_MBps", "throughput MB/s", Some(true)),
+    ("accesses_per_s", "accesses/s", Some(true)),
+    ("lat_p50_us", "latency p50 µs", Some(false)),
+    ("lat_p90_us", "latency p90 µs", Some(false)),
+    ("lat_p99_us", "latency p99 µs", Some(false)),
+    ("lat_p999_us", "latency p99.9 µs", Some(false)),
+    ("elapsed_s", "elapsed s", Some(false)),
+    ("wall_s", "child wall time s", Some(false)),
+    ("swapout_MBps", "swap-out MB/s", None),
+    ("swapin_MBps", "swap-in MB/s", None),
+    ("swap_out_MB", "swapped out MB", None),
+    ("swap_in_MB", "swapped in MB", None),
+    ("ra_hit_pct", "readahead hit %", Some(true)),
+    ("peak_rss_MiB", "peak RSS MiB", None),
+    ("memcg_peak_MiB", "memcg peak MiB", None),
+];
+
+/// Headlines shown as bars in the plot.
+const PLOTTED: &[&str] = &[
+    "throughput_MBps",
+    "accesses_per_s",
+    "lat_p50_us",
+    "lat_p90_us",
+    "lat_p99_us",
+    "lat_p999_us",
+    "elapsed_s",
+    "swapout_MBps",
+    "swapin_MBps",
+    "ra_hit_pct",
+];
+
+fn num(v: &Value, k: &str) -> Option<f64> {
+    v.get(k)?.as_f64()
+}
+
+/// The swap counters of a run, by vmstat name: the kernel's /proc/vmstat deltas for the
+/// kernel side, the engine's own counters for the uswap side.
+fn counters(r: &RunOut) -> BTreeMap<String, f64> {
+    match r.side {
+        Side::Kernel => r
+            .vmstat
+            .iter()
+            .map(|(k, v)| (k.clone(), *v as f64))
+            .collect(),
+        Side::Uswap => r
+            .bench
+            .get("counters")
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_f64()?)))
+                    .collect()
+            })
+            .unwrap_or_default(),
+    }
+}
+
+/// The numbers of one run, by headline key.
+fn metrics(r: &RunOut) -> BTreeMap<String, f64> {
+    let mut m = BTreeMap::new();
+    if let Some(o) = r.bench.as_object() {
+        for (k, v) in o {
+            if let Some(x) = v.as_f64() {
+                m.insert(k.clone(), x);
+            }
+        }
+    }
+    m.insert("wall_s".into(), r.wall_s);
+    let c = counters(r);
+    let g = |k: &str| c.get(k).copied().unwrap_or(0.0);
+    // Pages that left RAM / came back: for zswap, pages stored in the pool count and
+    // pool writebacks (also in pswpout) are not counted twice.
+    let out_pages = g("pswpout") + g("zswpout") - g("zswpwb");
+    let in_pages = g("pswpin") + g("zswpin");
+    m.insert("swap_out_MB".into(), out_pages * PAGE / MIB);
+    m.insert("swap_in_MB".into(), in_pages * PAGE / MIB);
+    if g("swap_ra") > 0.0 {
+        m.insert("ra_hit_pct".into(), 100.0 * g("swap_ra_hit") / g("swap_ra"));
+    }
+    if let Some(p) = num(&r.bench, "peak_rss_bytes") {
+        m.insert("peak_rss_MiB".into(), p / MIB);
+    }
+    if let Some(p) = r.memcg_peak {
+        m.insert("memcg_peak_MiB".into(), p as f64 / MIB);
+    }
+    if let Some(z) = r.zram_mem_used_max {
+        m.insert("zram_mem_used_max_MiB".into(), z as f64 / MIB);
+    }
+    m
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    v.retain(|x| x.is_finite());
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+fn medians(maps: &[BTreeMap<String, f64>]) -> BTreeMap<String, f64> {
+    let mut keys: Vec<&String> = maps.iter().flat_map(|m| m.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter_map(|k| {
+            Some((
+                k.clone(),
+                median(maps.iter().filter_map(|m| m.get(k).copied()).collect())?,
+            ))
+        })
+        .collect()
+}
+
+fn fmt_num(x: Option<f64>) -> String {
+    match x {
+        None => "-".into(),
+        Some(x) if x.abs() >= 1e5 => format!("{x:.0}"),
+        Some(x) if x.abs() >= 100.0 => format!("{x:.1}"),
+        Some(x) => format!("{x:.3}"),
+    }
+}
+
+fn ratio(u: Option<f64>, k: Option<f64>) -> Option<f64> {
+    match (u, k) {
+        (Some(u), Some(k)) if k != 0.0 => Some(u / k),
+        _ => None,
+    }
+}
+
+fn json_map(m: &BTreeMap<String, f64>) -> Value {
+    Value::Object(
+        m.iter()
+            .map(|(k, v)| (k.clone(), json!(v)))
+            .collect::<Map<_, _>>(),
+    )
+}
+
+fn run_json(r: &RunOut) -> Value {
+    let mut o = Map::new();
+    o.insert("side".into(), json!(r.side.name()));
+    o.insert("wall_s".into(), json!(r.wall_s));
+    o.insert("bench".into(), r.bench.clone());
+    o.insert("vmstat_delta".into(), json!(r.vmstat));
+    o.insert("memcg_peak_bytes".into(), json!(r.memcg_peak));
+    o.insert("memcg_limit_hits".into(), json!(r.oom.limit_hits));
+    o.insert("oom_kill".into(), json!(r.oom.oom_kill));
+    if let Some(z) = r.zram_mem_used_max {
+        o.insert("zram_mem_used_max_bytes".into(), json!(z));
+    }
+    Value::Object(o)
+}
+
+/// `--against kernel|zram|zswap`.
+pub fn run(args: &BenchArgs) -> Result<(), String> {
+    need_root()?;
+    let kind = Kind::parse(args.against.map_or("kernel", |a| a.name()))?;
+    let sides: Vec<Side> = match std::env::var("USWAP_BENCH_SIDES").ok().as_deref() {
+        None | Some("") | Some("both") => vec![Side::Kernel, Side::Uswap],
+        Some("kernel") => vec![Side::Kernel],
+        Some("uswap") => vec![Side::Uswap],
+        Some(o) => {
+            return Err(format!(
+                "USWAP_BENCH_SIDES={o}: expected kernel, uswap or both"
+            ))
+        }
+    };
+    let on = kswap::active_swaps();
+    if !on.is_empty() {
+        return Err(format!(
+            "kernel swap is already on ({}): swapoff it first, so that the kernel side uses only \
+             the swap this comparison sets up and the uswap side runs with none",
+            on.join(", ")
+        ));
+    }
+    install_signals()?;
+    let h = cgroup::detect()?;
+    let size = args.size;
+    let budget = args.budget;
+    let limit = budget + ALLOWANCE;
+    let repeat = args.repeat.max(1);
+    let fs = fmt_size;
+    let margin = (size / 16).max(64 << 20);
+    let swap_size = (size + margin + 4095) & !4095;
+    let dir = kswap::swap_dir(args.swap_file.as_deref());
+
+    let mut ks = if sides.contains(&Side::Kernel) {
+        Some(KernelSwap::setup(kind, &dir, swap_size, args.kernel_ssd)?)
+    } else {
+        None
+    };
+    let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+        .ok()
+        .and_then(|s| {
+            let a = s.find('[')?;
+            let b = s.find(']')?;
+            Some(s[a + 1..b].to_string())
+        })
+        .unwrap_or_else(|| "?".into());
+    let workload = args.workload.name().to_string();
+    let mut header = vec![format!(
+        "uswap bench {workload} --against {}: size {}, unit {}, budget {} + {} allowance = memcg \
+         limit {} (cgroup {} at {}), {repeat} run(s) per side, alternating",
+        kind.name(),
+        fs(size),
+        args.unit.name(),
+        fs(budget),
+        fs(ALLOWANCE),
+        fs(limit),
+        h.version.name(),
+        h.root.display()
+    )];
+    if let Some(k) = &ks {
+        header.push(format!(
+            "kernel side: {} {} ({}) on {} in {} mode{}; memcg swappiness 60 / swap unlimited; \
+             THP {thp}",
+            match kind {
+                Kind::Zram => "zram",
+                Kind::File => "swap file",
+                Kind::Zswap => "zswap in front of swap file",
+            },
+            k.area().display(),
+            fs(k.size()),
+            k.device(),
+            match k.mode() {
+                "rotational" => "rotational (HDD paths)",
+                "ssd" if args.kernel_ssd => "SSD (--kernel-ssd: queue/rotational=0 while on)",
+                "ssd" => "SSD",
+                m => m,
+            },
+            k.compressor()
+                .map(|c| format!(", compressor {c}"))
+                .unwrap_or_default()
+        ));
+    }
+    header.push("uswap side: kernel swap off, memcg swappiness 0".into());
+    for l in &header {
+        eprintln!("{l}");
+    }
+
+    let mut runs: Vec<RunOut> = Vec::new();
+    for i in 0..repeat {
+        for &side in &sides {
+            eprintln!("[{}/{repeat}] {} side ...", i + 1, side.name());
+            let r = run_side(
+                args,
+                &h,
+                side,
+                limit,
+                if side == Side::Kernel {
+                    ks.as_mut()
+                } else {
+                    None
+                },
+            )?;
+            eprintln!(
+                "[{}/{repeat}] {} side: {:.2} s{}",
+                i + 1,
+                side.name(),
+                r.wall_s,
+                if side == Side::Kernel {
+                    format!(
+                        ", pswpout {} pswpin {}",
+                        r.vmstat.get("pswpout").unwrap_or(&0),
+                        r.vmstat.get("pswpin").unwrap_or(&0)
+                    )
+                } else {
+                    String::new()
+                }
+            );
+            runs.push(r);
+        }
+    }
+    let mode = ks.as_ref().map(|k| k.mode()).unwrap_or("none");
+    let (area, area_size, device, compressor) = ks
+        .as_ref()
+        .map(|k| {
+            (
+                k.area().display().to_string(),
+                k.size(),
+                k.device(),
+                k.compressor().map(str::to_string),
+            )
+        })
+        .unwrap_or_default();
+    if let Some(mut k) = ks.take() {
+        k.teardown()?;
+    }
+
+    // Medians and ratios.
+    let of = |s: Side| runs.iter().filter(|r| r.side == s).collect::<Vec<_>>();
+    let (kr, ur) = (of(Side::Kernel), of(Side::Uswap));
+    let km = medians(&kr.iter().map(|r| metrics(r)).collect::<Vec<_>>());
+    let um = medians(&ur.iter().map(|r| metrics(r)).collect::<Vec<_>>());
+    let kc = medians(&kr.iter().map(|r| counters(r)).collect::<Vec<_>>());
+    let uc = medians(&ur.iter().map(|r| counters(r)).collect::<Vec<_>>());
+    let mut ratios = BTreeMap::new();
+    let mut table = Vec::new();
+    table.push(format!(
+        "{:<22} {:>14} {:>14} {:>13}",
+        "metric (median)",
+        kind.name(),
+        "uswap",
+        "uswap/kernel"
+    ));
+    for (key, label, _) in HEADLINES {
+        let (k, u) = (km.get(*key).copied(), um.get(*key).copied());
+        if k.is_none() && u.is_none() {
+            continue;
+        }
+        let r = ratio(u, k);
+        if let Some(r) = r {
+            ratios.insert(key.to_string(), r);
+        }
+        table.push(format!(
+            "{label:<22} {:>14} {:>14} {:>13}",
+            fmt_num(k),
+            fmt_num(u),
+            r.map(|r| format!("{r:.2}x")).unwrap_or_else(|| "-".into())
+        ));
+    }
+    let show = |m: &BTreeMap<String, f64>, keys: &[&str]| {
+        keys.iter()
+            .filter_map(|k| Some(format!("{k}={}", m.get(*k)?.round())))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    if !kr.is_empty() {
+        table.push(format!(
+            "{} side, /proc/vmstat deltas (median): {}",
+            kind.name(),
+            show(&kc, kswap::VMSTAT_KEYS)
+        ));
+        if kind == Kind::Zswap {
+            table.push(
+                "  zswap: pages kept in its pool count as zswpout/zswpin, not pswpout/pswpin \
+                 (so the bench's swap MB/s miss them; swapped MB counts them)"
+                    .into(),
+            );
+        }
+        if let Some(z) = km.get("zram_mem_used_max_MiB") {
+            table.push(format!(
+                "  zram compressed memory (not charged to a v1 memcg): max {z:.1} MiB"
+            ));
+        }
+    }
+    if !ur.is_empty() {
+        table.push(format!(
+            "uswap side, engine counters (median): {}",
+            show(
+                &uc,
+                &[
+                    "pswpin",
+                    "pswpout",
+                    "swap_ra",
+                    "swap_ra_hit",
+                    "thp_swpout",
+                    "thp_swpout_fallback",
+                    "thp_swpin",
+                    "majflt",
+                    "direct_reclaim"
+                ]
+            )
+        ));
+    }
+    table.push(
+        "swap MB/s: the bench's own, over its measured phases (kernel: /proc/vmstat, uswap: \
+         engine counters); swapped MB: over the whole child; MB = MiB"
+            .into(),
+    );
+
+    let side_json = |rs: &[&RunOut], m: &BTreeMap<String, f64>, c: &BTreeMap<String, f64>| {
+        json!({
+            "runs": rs.iter().map(|r| run_json(r)).collect::<Vec<_>>(),
+            "median": json_map(m),
+            "counters_median": json_map(c),
+        })
+    };
+    let report = json!({
+        "workload": workload,
+        "command": args.command_line(),
+        "unit": args.unit.name(),
+        "against": kind.name(),
+        "size": size,
+        "budget": budget,
+        "allowance": ALLOWANCE,
+        "memcg_limit": limit,
+        "threads": args.threads,
+        "repeat": repeat,
+        "cgroup": h.version.name(),
+        "thp": thp,
+        "kernel_swap": {
+            "kind": kind.name(),
+            "area": area,
+            "size": area_size,
+            "device": device,
+            "mode": mode,
+            "kernel_ssd": args.kernel_ssd,
+            "compressor": compressor,
+        },
+        "kernel": side_json(&kr, &km, &kc),
+        "uswap": side_json(&ur, &um, &uc),
+        "ratios": json_map(&ratios),
+    });
+
+    if let Some(path) = &args.plot {
+        let input = plot_input(&workload, kind, mode, &km, &um, &ratios);
+        plot::draw(path, &input)?;
+        table.push(format!("plot written to {}", path.display()));
+    }
+    if args.json {
+        for l in &table {
+            eprintln!("{l}");
+        }
+        println!("{report}");
+    } else {
+        for l in &table {
+            println!("{l}");
+        }
+    }
+    Ok(())
+}
+
+fn plot_input(
+    workload: &str,
+    kind: Kind,
+    mode: &str,
+    km: &BTreeMap<String, f64>,
+    um: &BTreeMap<String, f64>,
+    ratios: &BTreeMap<String, f64>,
+) -> plot::PlotInput {
+    let bars = PLOTTED
+        .iter()
+        .filter_map(|k| {
+            let (_, label, better) = HEADLINES.iter().find(|h| h.0 == *k)?;
+            Some(plot::Bar {
+                label: label.to_string(),
+                ratio: *ratios.get(*k)?,
+                higher_is_better: *better,
+            })
+        })
+        .collect();
+    let pts = |m: &BTreeMap<String, f64>| -> Vec<(f64, f64)> {
+        [
+            ("lat_p50_us", 50.0),
+            ("lat_p60_us", 60.0),
+            ("lat_p70_us", 70.0),
+            ("lat_p80_us", 80.0),
+            ("lat_p90_us", 90.0),
+            ("lat_p95_us", 95.0),
+            ("lat_p99_us", 99.0),
+            ("lat_p999_us", 99.9),
+        ]
+        .iter()
+        .filter_map(|(k, p)| Some((*p, *m.get(*k)?)))
+        .collect()
+    };
+    // A latency CDF wherever the bench measured latencies (pmbench, combined).
+    let cdfs = [
+        (format!("{} ({mode})", kind.name()), km),
+        ("uswap".to_string(), um),
+    ]
+    .into_iter()
+    .map(|(name, m)| plot::Cdf {
+        name,
+        points: pts(m),
+    })
+    .filter(|c| c.points.len() >= 2)
+    .collect();
+    plot::PlotInput {
+        title: format!(
+            "{workload}: uswap vs {} ({mode})",
+            match kind {
+                Kind::File => "kernel swap file",
+                Kind::Zram => "kernel zram",
+                Kind::Zswap => "kernel zswap + swap file",
+            }
+        ),
+        bars,
+        cdfs,
+    }
+}
+
+/// `--cgroup-limit SIZE`: run the bench alone in a fresh memcg of that size with no kernel
+/// swap, pass its output through, and fail if the OOM killer struck.
+pub fn run_in_cgroup(args: &BenchArgs) -> Result<(), String> {
+    need_root()?;
+    let limit = match args.cgroup_limit {
+        Some(l) => l,
+        None => return Err("--cgroup-limit needs a size".into()),
+    };
+    let on = kswap::active_swaps();
+    if !on.is_empty() {
+        return Err(format!(
+            "kernel swap is on ({}): a --cgroup-limit run must not be able to swap; swapoff first",
+            on.join(", ")
+        ));
+    }
+    install_signals()?;
+    let h = cgroup::detect()?;
+    let mut cg = Memcg::create(&h, limit, SwapPolicy::Forbidden)?;
+    let mut extra = vec!["--memory", args.memory.name()];
+    if args.json {
+        extra.push("--json");
+    }
+    let argv = child_argv(args, &extra);
+    let fs = fmt_size;
+    eprintln!(
+        "uswap: running in memcg {} (cgroup {}), limit {}, no swap",
+        cg.path().display(),
+        h.version.name(),
+        fs(limit)
+    );
+    let mut child = spawn_in(&cg, &argv, false)?;
+    let dog = Watchdog::start(child.id());
+    let status = child.wait();
+    CHILD.store(0, Ordering::SeqCst);
+    let timeout_s = dog.limit_s;
+    let timed_out = dog.fired();
+    let status = status.map_err(|e| format!("wait for the bench: {e}"))?;
+    let oom = cg.oom_stats();
+    let peak = cg.peak_bytes();
+    let path: PathBuf = cg.path().to_path_buf();
+    cg.remove()?;
+    eprintln!(
+        "uswap: memcg {}: limit {}, peak usage {}, limit reached {} time(s), oom_kill {}",
+        path.display(),
+        fs(limit),
+        peak.map(fs).unwrap_or_else(|| "?".into()),
+        oom.limit_hits,
+        oom.oom_kill
+    );
+    check_interrupted()?;
+    if timed_out {
+        return Err(format!(
+            "the bench did not finish within {timeout_s} s (USWAP_BENCH_TIMEOUT) and was killed"
+        ));
+    }
+    if oom.oom_kill > 0 {
+        return Err(format!(
+            "OOM: the bench was OOM-killed in its memory cgroup (limit {}, peak {}): it did not \
+             stay within the limit",
+            fs(limit),
+            peak.map(fs).unwrap_or_else(|| "?".into())
+        ));
+    }
+    if !status.success() {
+        return Err(format!(
+            "the bench failed in its memory cgroup ({})",
+            describe_status(status)
+        ));
+    }
+    Ok(())
+}

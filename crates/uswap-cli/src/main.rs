@@ -1,1 +1,95 @@
-fn main(){}
+//! `uswap`: benchmarks of the user-space swap engine, and (soon) running programs under it.
+
+mod against;
+mod bench;
+mod cgroup;
+mod kswap;
+mod memory;
+mod plot;
+mod report;
+mod workloads;
+
+use clap::{Args, Parser, Subcommand};
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+const MAIN_EXAMPLES: &str = "\
+Examples:
+  uswap bench                      the main job: a 1 GiB region paged under a 256 MiB budget
+  uswap bench pmbench --json       random accesses; one JSON object on the last line of stdout
+  uswap bench --help               workloads and every option
+  uswap run --budget 2G -- ./prog  run a program with its large memory under uswap (not built yet)
+
+uswap needs userfaultfd: run as root, or `sudo sysctl vm.unprivileged_userfaultfd=1`.
+Exit status: 0 ok, 1 verification failure or runtime error, 2 bad usage.";
+
+/// User-space swap: memory regions far bigger than the RAM they may use, paged by
+/// userfaultfd to a swap file under an honest resident budget.
+#[derive(Debug, Parser)]
+#[command(name = "uswap", version, after_help = MAIN_EXAMPLES, arg_required_else_help = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a benchmark workload (swap-w-seq, swap-w-rand, pmbench, seq-read, combined) on a
+    /// uswap region or on plain memory, verify every byte it reads, and report.
+    #[command(after_help = bench::EXAMPLES)]
+    Bench(bench::BenchArgs),
+    /// Run PROGRAM with its large anonymous memory under uswap (not built yet).
+    #[command(after_help = "Example:\n  uswap run --budget 2G --stats -- python3 big.py")]
+    Run(RunArgs),
+}
+
+/// `uswap run` options (the command itself lands later, in `run.rs`).
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Resident budget for the program's uswap memory [default: 256M].
+    #[arg(long, value_name = "SIZE", default_value = "256M", hide_default_value = true,
+          value_parser = bench::parse_size_arg)]
+    pub budget: u64,
+    /// Swap file place: a directory, a new file, or a block device [default: an unlinked file
+    /// in $TMPDIR].
+    #[arg(long, value_name = "PATH")]
+    pub swap_file: Option<PathBuf>,
+    /// Swap unit: 4k, 2m or auto [default: 4k].
+    #[arg(long, value_enum, value_name = "UNIT", ignore_case = true, default_value_t = bench::Unit::Small,
+          hide_default_value = true)]
+    pub unit: bench::Unit,
+    /// On exit, print the counters and peak resident memory to stderr, or to FILE.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, require_equals = true)]
+    pub stats: Option<Option<PathBuf>>,
+    /// The program and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "PROGRAM ARGS")]
+    pub program: Vec<OsString>,
+}
+
+/// Placeholder until `run.rs` lands (then: `Command::Run(args) => run::main(args)`).
+fn run_not_built(args: &RunArgs) -> i32 {
+    let _ = (
+        args.budget,
+        &args.swap_file,
+        args.unit,
+        &args.stats,
+        &args.program,
+    );
+    eprintln!("uswap run: not built yet");
+    2
+}
+
+fn main() {
+    let cli = Cli::parse();
+    // An engine panic is a bug, not a verdict on the data: report it as a runtime error
+    // (exit 1) rather than Rust's 101. The panic message itself is printed by the hook.
+    let code = std::panic::catch_unwind(move || match cli.command {
+        Command::Bench(args) => bench::main(args),
+        Command::Run(args) => run_not_built(&args),
+    })
+    .unwrap_or_else(|_| {
+        eprintln!("uswap: error: internal error (panic); please report it");
+        1
+    });
+    std::process::exit(code);
+}

@@ -1,0 +1,980 @@
+//! The benchmark workloads, shaped like the seeds' tests (vm-scalability swap-w-seq and
+//! swap-w-rand, pmbench, sequential re-read, and seed 004's combined sequential + random
+//! test).
+//!
+//! Every workload works on `&[AtomicU64]` with relaxed loads and stores (plain moves), so
+//! the same code runs on a uswap region and on ordinary memory. Every 4 KiB page holds a
+//! pattern that is a function of (seed, page index, version): writers stamp it, readers
+//! check it, and a final pass checks every page against the version its owner last wrote.
+//! Random workloads give each thread a disjoint set of pages (`page % threads == thread`)
+//! so that the expected version of every page is known exactly.
+
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+/// Bytes in one page of the pattern.
+pub const PAGE_BYTES: u64 = 4096;
+/// 64-bit words in one page.
+pub const PAGE_WORDS: usize = PAGE_BYTES as usize / 8;
+/// The version every page gets when a workload populates its region.
+pub const POPULATE_VERSION: u32 = 1;
+
+// ---------------------------------------------------------------------------------------
+// Pattern
+
+/// splitmix64's finaliser applied to `x + golden`: a cheap, well-mixed 64-bit hash.
+#[inline]
+pub fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The per-page base value of `(seed, page, version)`; the page's words derive from it.
+#[inline]
+pub fn page_base(seed: u64, page: u64, version: u32) -> u64 {
+    let p = splitmix64(seed ^ page.wrapping_mul(0xD6E8_FEB8_6659_FD93));
+    splitmix64(p ^ u64::from(version).wrapping_mul(0xA076_1D64_78BD_642F))
+}
+
+/// Word `word` of a page whose base is `base`: one multiply and one xor, so that stamping
+/// and checking a page costs far less than the memory traffic it causes.
+#[inline]
+pub fn word_value(base: u64, word: usize) -> u64 {
+    base ^ (word as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// Expected value of word `word` of `page` at `version`.
+#[inline]
+pub fn pattern_word(seed: u64, page: u64, version: u32, word: usize) -> u64 {
+    word_value(page_base(seed, page, version), word)
+}
+
+/// The one word of a page that pmbench writes (its reads touch any word).
+#[inline]
+pub fn touched_word(page: u64) -> usize {
+    (splitmix64(page ^ 0x5A5A_5A5A) % PAGE_WORDS as u64) as usize
+}
+
+/// The words of one page.
+#[inline]
+pub fn page_words(words: &[AtomicU64], page: u64) -> &[AtomicU64] {
+    let start = page as usize * PAGE_WORDS;
+    &words[start..start + PAGE_WORDS]
+}
+
+/// Number of whole pages in `words`.
+pub fn page_count(words: &[AtomicU64]) -> u64 {
+    (words.len() / PAGE_WORDS) as u64
+}
+
+/// Stamp all 512 words of `page` with the pattern of `version`.
+#[inline]
+pub fn write_page(words: &[AtomicU64], seed: u64, page: u64, version: u32) {
+    let base = page_base(seed, page, version);
+    for (w, x) in page_words(words, page).iter().enumerate() {
+        x.store(word_value(base, w), Relaxed);
+    }
+}
+
+/// What a page must hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// Every word at this version.
+    Page(u32),
+    /// pmbench: every word at [`POPULATE_VERSION`] except [`touched_word`], at this version.
+    Touched(u32),
+}
+
+/// A word that did not hold what the workload wrote there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mismatch {
+    /// Which region (`main`, or `seq` / `bg` for `combined`).
+    pub region: String,
+    /// The phase that found it.
+    pub phase: String,
+    /// Page index in the region.
+    pub page: u64,
+    /// Word index in the page.
+    pub word: usize,
+    /// Byte offset in the region.
+    pub offset: u64,
+    /// The value the pattern says.
+    pub expected: u64,
+    /// The value found.
+    pub found: u64,
+    /// The version the page was expected to hold at that word.
+    pub expected_version: u32,
+}
+
+impl fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "region {}, page {} (byte offset {:#x}, word {}) during {}: expected {:#018x} (version {}), found {:#018x}",
+            self.region,
+            self.page,
+            self.offset,
+            self.word,
+            self.phase,
+            self.expected,
+            self.expected_version,
+            self.found
+        )
+    }
+}
+
+/// Check every word of `page`; the first wrong word is returned (region and phase left
+/// empty for the caller to fill).
+pub fn check_page(
+    words: &[AtomicU64],
+    seed: u64,
+    page: u64,
+    expect: Expect,
+) -> Result<(), Box<Mismatch>> {
+    let (base_version, touched, touched_version) = match expect {
+        Expect::Page(v) => (v, usize::MAX, v),
+        Expect::Touched(v) => (POPULATE_VERSION, touched_word(page), v),
+    };
+    let base = page_base(seed, page, base_version);
+    let tbase = page_base(seed, page, touched_version);
+    for (w, x) in page_words(words, page).iter().enumerate() {
+        let found = x.load(Relaxed);
+        let (want, version) = if w == touched {
+            (word_value(tbase, w), touched_version)
+        } else {
+            (word_value(base, w), base_version)
+        };
+        if found != want {
+            return Err(Box::new(Mismatch {
+                region: String::new(),
+                phase: String::new(),
+                page,
+                word: w,
+                offset: page * PAGE_BYTES + w as u64 * 8,
+                expected: want,
+                found,
+                expected_version: version,
+            }));
+        }
+    }
+    Ok(())
+}
+
+/// A small, fast PRNG (splitmix64 stream), one per thread.
+pub struct Rng(u64);
+
+impl Rng {
+    /// A stream for `(seed, stream)`.
+    pub fn new(seed: u64, stream: u64) -> Rng {
+        Rng(splitmix64(
+            seed ^ splitmix64(stream.wrapping_add(0x1234_5678)),
+        ))
+    }
+    /// Next 64 random bits.
+    #[inline]
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        splitmix64(self.0)
+    }
+    /// `r` scaled into `0..n` (Lemire's multiply-shift).
+    #[inline]
+    pub fn scale(r: u64, n: u64) -> u64 {
+        ((u128::from(r) * u128::from(n)) >> 64) as u64
+    }
+}
+
+/// Contiguous pages of thread `t` of `threads` in a region of `pages` pages.
+pub fn slice_of(pages: u64, threads: usize, t: usize) -> Range<u64> {
+    let (t, n) = (t as u128, threads as u128);
+    let p = u128::from(pages);
+    (p * t / n) as u64..(p * (t + 1) / n) as u64
+}
+
+/// How many pages thread `t` owns when page `p` belongs to thread `p % threads`.
+pub fn owned_count(pages: u64, threads: usize, t: usize) -> u64 {
+    let (t, n) = (t as u64, threads as u64);
+    if t >= pages {
+        0
+    } else {
+        (pages - t - 1) / n + 1
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Phases: worker threads, a progress bar, a stop flag
+
+/// Whether to draw progress bars (stderr, only when it is a terminal and not `--json`).
+pub struct Ui {
+    show: bool,
+}
+
+impl Ui {
+    /// Draw bars when `show`.
+    pub fn new(show: bool) -> Ui {
+        Ui { show }
+    }
+
+    fn bar(&self, name: &str, len: Len) -> ProgressBar {
+        if !self.show {
+            return ProgressBar::hidden();
+        }
+        let (total, template) = match len {
+            Len::Bytes(b) => (
+                b,
+                "{msg:>14} [{wide_bar}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+            ),
+            Len::Time(d) => (
+                d.as_millis() as u64,
+                "{msg:>14} [{wide_bar}] {pos}/{len} ms",
+            ),
+        };
+        let bar = ProgressBar::new(total);
+        if let Ok(style) = ProgressStyle::with_template(template) {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar.set_message(name.to_string());
+        bar
+    }
+}
+
+/// How long a phase runs: until its workers have moved so many bytes, or for a time.
+#[derive(Debug, Clone, Copy)]
+pub enum Len {
+    /// Workers stop by themselves; progress counts bytes.
+    Bytes(u64),
+    /// Workers run until told to stop.
+    Time(Duration),
+}
+
+/// Shared by the workers of one phase.
+#[derive(Default)]
+pub struct Ctl {
+    done: AtomicU64,
+    stop: AtomicBool,
+}
+
+impl Ctl {
+    /// Count bytes done (for the progress bar).
+    #[inline]
+    pub fn add(&self, bytes: u64) {
+        self.done.fetch_add(bytes, Relaxed);
+    }
+    /// Whether workers should stop (time is up, or another worker found a mismatch).
+    #[inline]
+    pub fn stopped(&self) -> bool {
+        self.stop.load(Relaxed)
+    }
+    /// Tell every worker to stop.
+    pub fn stop(&self) {
+        self.stop.store(true, Relaxed);
+    }
+}
+
+/// Run `work(thread, ctl)` on `workers` threads, drive the bar and the clock from this
+/// thread, and return the results with the time from start to the last worker's end.
+pub fn run_phase<R: Send>(
+    ui: &Ui,
+    name: &str,
+    len: Len,
+    workers: usize,
+    work: impl Fn(usize, &Ctl) -> R + Sync,
+) -> (Vec<R>, Duration) {
+    let ctl = Ctl::default();
+    let bar = ui.bar(name, len);
+    let start = Instant::now();
+    let ended = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|t| {
+                let (work, ctl) = (&work, &ctl);
+                s.spawn(move || {
+                    let r = work(t, ctl);
+                    (r, Instant::now())
+                })
+            })
+            .collect();
+        while !handles.iter().all(|h| h.is_finished()) {
+            let elapsed = start.elapsed();
+            let mut nap = Duration::from_millis(50);
+            match len {
+                Len::Bytes(_) => bar.set_position(ctl.done.load(Relaxed)),
+                Len::Time(d) => {
+                    bar.set_position(elapsed.as_millis() as u64);
+                    if elapsed >= d {
+                        ctl.stop();
+                    } else {
+                        nap = nap.min(d - elapsed);
+                    }
+                }
+            }
+            std::thread::sleep(nap);
+        }
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect::<Vec<_>>()
+    });
+    bar.finish_and_clear();
+    let end = ended.iter().map(|(_, t)| *t).max().unwrap_or(start);
+    (
+        ended.into_iter().map(|(r, _)| r).collect(),
+        end.duration_since(start),
+    )
+}
+
+/// The first mismatch (lowest page) of several threads, labelled.
+fn first_mismatch(
+    found: impl IntoIterator<Item = Option<Box<Mismatch>>>,
+    region: &str,
+    phase: &str,
+) -> Option<Box<Mismatch>> {
+    let mut m = found
+        .into_iter()
+        .flatten()
+        .min_by_key(|m| (m.page, m.word))?;
+    m.region = region.to_string();
+    m.phase = phase.to_string();
+    Some(m)
+}
+
+/// One sequential pass: each of `threads` threads runs `op` over its contiguous slice in
+/// order; the first error stops all of them.
+fn seq_phase(
+    ui: &Ui,
+    name: &str,
+    region: &str,
+    words: &[AtomicU64],
+    threads: usize,
+    op: impl Fn(u64) -> Result<(), Box<Mismatch>> + Sync,
+) -> (Duration, Option<Box<Mismatch>>) {
+    const BATCH: u64 = 64;
+    let pages = page_count(words);
+    let (results, elapsed) = run_phase(
+        ui,
+        name,
+        Len::Bytes(pages * PAGE_BYTES),
+        threads,
+        |t, ctl| {
+            let mut pending = 0;
+            for page in slice_of(pages, threads, t) {
+                if let Err(m) = op(page) {
+                    ctl.stop();
+                    return Some(m);
+                }
+                pending += 1;
+                if pending == BATCH {
+                    ctl.add(BATCH * PAGE_BYTES);
+                    pending = 0;
+                    if ctl.stopped() {
+                        return None;
+                    }
+                }
+            }
+            ctl.add(pending * PAGE_BYTES);
+            None
+        },
+    );
+    (elapsed, first_mismatch(results, region, name))
+}
+
+// ---------------------------------------------------------------------------------------
+// Workloads
+
+/// Settings shared by the workloads.
+#[derive(Debug, Clone, Copy)]
+pub struct Params {
+    /// Pattern and PRNG seed.
+    pub seed: u64,
+    /// Worker threads.
+    pub threads: usize,
+    /// How long the timed part runs (pmbench, combined; swap-w-rand when given).
+    pub duration: Option<Duration>,
+    /// pmbench: percent of accesses that are reads.
+    pub read_pct: u8,
+    /// combined: background random writers.
+    pub bg_threads: usize,
+}
+
+/// Default duration of the timed workloads.
+pub const DEFAULT_DURATION: Duration = Duration::from_secs(10);
+
+/// Where the measured part of a workload starts and ends (to snapshot counters there).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mark {
+    /// Just before the first measured phase.
+    Start,
+    /// Just after the last measured phase.
+    End,
+}
+
+/// Time of one phase.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PhaseTime {
+    /// Phase name (`populate`, `write 1`, `verify`, ...).
+    pub name: String,
+    /// Seconds.
+    pub seconds: f64,
+    /// Whether it counts in `elapsed_s`.
+    pub measured: bool,
+}
+
+/// What a workload did.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Every phase in order.
+    pub phases: Vec<PhaseTime>,
+    /// Time of the measured phases.
+    pub measured: Duration,
+    /// Bytes written or read in the measured phases (throughput workloads).
+    pub bytes: Option<u64>,
+    /// Accesses in the measured phases (pmbench: words; combined: pages of the sequential part).
+    pub accesses: Option<u64>,
+    /// Per-access latency in ns (pmbench, combined's sequential part).
+    pub latency: Option<Histogram<u64>>,
+    /// combined: background page writes.
+    pub bg_accesses: Option<u64>,
+    /// The first data mismatch, if any.
+    pub mismatch: Option<Box<Mismatch>>,
+}
+
+impl Outcome {
+    fn record(&mut self, name: &str, d: Duration, measured: bool) {
+        self.phases.push(PhaseTime {
+            name: name.to_string(),
+            seconds: d.as_secs_f64(),
+            measured,
+        });
+        if measured {
+            self.measured += d;
+        }
+    }
+
+    /// Run a sequential phase, record it, keep its mismatch; false when it failed.
+    fn seq(
+        &mut self,
+        ui: &Ui,
+        (name, region): (&str, &str),
+        words: &[AtomicU64],
+        threads: usize,
+        measured: bool,
+        op: impl Fn(u64) -> Result<(), Box<Mismatch>> + Sync,
+    ) -> bool {
+        let (d, m) = seq_phase(ui, name, region, words, threads, op);
+        self.record(name, d, measured);
+        if m.is_some() {
+            self.mismatch = m;
+            return false;
+        }
+        true
+    }
+
+    fn populate(&mut self, ui: &Ui, name: &str, words: &[AtomicU64], p: &Params) {
+        self.seq(ui, (name, ""), words, p.threads, false, |page| {
+            write_page(words, p.seed, page, POPULATE_VERSION);
+            Ok(())
+        });
+    }
+}
+
+fn new_histogram() -> Histogram<u64> {
+    // 1 ns .. 1 hour at 3 significant digits; these bounds are valid, so this cannot fail.
+    Histogram::new_with_bounds(1, 3_600_000_000_000, 3).unwrap_or_else(|_| unreachable!())
+}
+
+/// vm-scalability swap-w-seq: every thread writes its contiguous slice, twice, the second
+/// pass with another pattern; then everything must read back as the second pass wrote it.
+pub fn swap_w_seq(words: &[AtomicU64], p: &Params, ui: &Ui, mark: &mut dyn FnMut(Mark)) -> Outcome {
+    let mut out = Outcome::default();
+    mark(Mark::Start);
+    for (name, version) in [("write 1", 1u32), ("write 2", 2)] {
+        out.seq(ui, (name, "main"), words, p.threads, true, |page| {
+            write_page(words, p.seed, page, version);
+            Ok(())
+        });
+    }
+    mark(Mark::End);
+    out.bytes = Some(2 * page_count(words) * PAGE_BYTES);
+    out.seq(ui, ("verify", "main"), words, p.threads, false, |page| {
+        check_page(words, p.seed, page, Expect::Page(2))
+    });
+    out
+}
+
+/// Per-thread page versions of a random workload: `versions[page % n][page / n]`.
+struct Owned(Vec<Vec<u32>>);
+
+impl Owned {
+    fn version(&self, page: u64) -> u32 {
+        let n = self.0.len() as u64;
+        self.0[(page % n) as usize][(page / n) as usize]
+    }
+}
+
+/// Random 4 KiB page writes by `threads` threads over their own pages of `words` until
+/// `len` is done; returns the versions and the number of writes.
+fn random_writes(
+    ui: &Ui,
+    name: &str,
+    words: &[AtomicU64],
+    threads: usize,
+    seed: u64,
+    len: Len,
+    stream_base: u64,
+) -> (Owned, u64, Duration) {
+    let pages = page_count(words);
+    let (results, elapsed) = run_phase(ui, name, len, threads, |t, ctl| {
+        let n = owned_count(pages, threads, t);
+        let mut versions = vec![POPULATE_VERSION; n as usize];
+        if n == 0 {
+            return (versions, 0u64);
+        }
+        let mut rng = Rng::new(seed, stream_base + t as u64);
+        let target = if matches!(len, Len::Bytes(_)) {
+            n
+        } else {
+            u64::MAX
+        };
+        let mut writes = 0u64;
+        while writes < target && !ctl.stopped() {
+            let k = Rng::scale(rng.next_u64(), n);
+            let page = t as u64 + k * threads as u64;
+            let v = &mut versions[k as usize];
+            *v = v.wrapping_add(1);
+            write_page(words, seed, page, *v);
+            writes += 1;
+            if writes & 63 == 0 {
+                ctl.add(64 * PAGE_BYTES);
+            }
+        }
+        (versions, writes)
+    });
+    let writes = results.iter().map(|(_, w)| w).sum();
+    (
+        Owned(results.into_iter().map(|(v, _)| v).collect()),
+        writes,
+        elapsed,
+    )
+}
+
+/// vm-scalability swap-w-rand: populate, then random 4 KiB page writes (as many as the
+/// region has pages, or for `duration` when given), then verify every page.
+pub fn swap_w_rand(
+    words: &[AtomicU64],
+    p: &Params,
+    ui: &Ui,
+    mark: &mut dyn FnMut(Mark),
+) -> Outcome {
+    let mut out = Outcome::default();
+    out.populate(ui, "populate", words, p);
+    let pages = page_count(words);
+    let len = p.duration.map_or(Len::Bytes(pages * PAGE_BYTES), Len::Time);
+    mark(Mark::Start);
+    let (owned, writes, d) = random_writes(ui, "random write", words, p.threads, p.seed, len, 0);
+    out.record("random write", d, true);
+    mark(Mark::End);
+    out.bytes = Some(writes * PAGE_BYTES);
+    out.accesses = Some(writes);
+    out.seq(ui, ("verify", "main"), words, p.threads, false, |page| {
+        check_page(words, p.seed, page, Expect::Page(owned.version(page)))
+    });
+    out
+}
+
+/// pmbench: populate, then uniform random accesses to one word of a 4 KiB page for the
+/// duration, `read_pct` % reads (checked against the page's current version), the rest
+/// writes (which bump it); per-access latency in a histogram; then verify every page.
+pub fn pmbench(words: &[AtomicU64], p: &Params, ui: &Ui, mark: &mut dyn FnMut(Mark)) -> Outcome {
+    let mut out = Outcome::default();
+    out.populate(ui, "populate", words, p);
+    let pages = page_count(words);
+    let threads = p.threads;
+    let duration = p.duration.unwrap_or(DEFAULT_DURATION);
+    mark(Mark::Start);
+    let (results, d) = run_phase(ui, "pmbench", Len::Time(duration), threads, |t, ctl| {
+        let n = owned_count(pages, threads, t);
+        let mut versions = vec![POPULATE_VERSION; n as usize];
+        let mut hist = new_histogram();
+        let mut accesses = 0u64;
+        if n == 0 {
+            return (versions, hist, accesses, None);
+        }
+        let mut rng = Rng::new(p.seed, 1000 + t as u64);
+        while !ctl.stopped() {
+            let r = rng.next_u64();
+            let k = Rng::scale(r, n);
+            let page = t as u64 + k * threads as u64;
+            let read = rng.next_u64() % 100 < u64::from(p.read_pct);
+            let v = &mut versions[k as usize];
+            let tw = touched_word(page);
+            let x = &words[page as usize * PAGE_WORDS + if read { (r & 511) as usize } else { tw }];
+            if read {
+                let w = (r & 511) as usize;
+                let version = if w == tw { *v } else { POPULATE_VERSION };
+                let want = pattern_word(p.seed, page, version, w);
+                let t0 = Instant::now();
+                let found = x.load(Relaxed);
+                hist.saturating_record(t0.elapsed().as_nanos() as u64);
+                if found != want {
+                    ctl.stop();
+                    let m = Mismatch {
+                        region: String::new(),
+                        phase: String::new(),
+                        page,
+                        word: w,
+                        offset: page * PAGE_BYTES + w as u64 * 8,
+                        expected: want,
+                        found,
+                        expected_version: version,
+                    };
+                    return (versions, hist, accesses, Some(Box::new(m)));
+                }
+            } else {
+                *v = v.wrapping_add(1);
+                let value = pattern_word(p.seed, page, *v, tw);
+                let t0 = Instant::now();
+                x.store(value, Relaxed);
+                hist.saturating_record(t0.elapsed().as_nanos() as u64);
+            }
+            accesses += 1;
+        }
+        (versions, hist, accesses, None)
+    });
+    out.record("pmbench", d, true);
+    mark(Mark::End);
+    let mut hist = new_histogram();
+    let mut total = 0;
+    let mut owned = Vec::new();
+    let mut mismatches = Vec::new();
+    for (versions, h, a, m) in results {
+        // Same bounds on both sides: adding cannot fail.
+        let _ = hist.add(&h);
+        total += a;
+        owned.push(versions);
+        mismatches.push(m);
+    }
+    out.accesses = Some(total);
+    out.latency = Some(hist);
+    out.mismatch = first_mismatch(mismatches, "main", "pmbench");
+    if out.mismatch.is_none() {
+        let owned = Owned(owned);
+        out.seq(ui, ("verify", "main"), words, threads, false, |page| {
+            check_page(words, p.seed, page, Expect::Touched(owned.version(page)))
+        });
+    }
+    out
+}
+
+/// Sequential re-read: populate, then read the region twice, checking every word.
+pub fn seq_read(words: &[AtomicU64], p: &Params, ui: &Ui, mark: &mut dyn FnMut(Mark)) -> Outcome {
+    let mut out = Outcome::default();
+    out.populate(ui, "populate", words, p);
+    mark(Mark::Start);
+    for name in ["read 1", "read 2"] {
+        let ok = out.seq(ui, (name, "main"), words, p.threads, true, |page| {
+            check_page(words, p.seed, page, Expect::Page(POPULATE_VERSION))
+        });
+        if !ok {
+            break;
+        }
+    }
+    mark(Mark::End);
+    out.bytes = Some(2 * page_count(words) * PAGE_BYTES);
+    out
+}
+
+/// What one thread of `combined` did.
+enum CombinedWorker {
+    Seq {
+        slice: Range<u64>,
+        version: u32,
+        pos: u64,
+        hist: Histogram<u64>,
+        mismatch: Option<Box<Mismatch>>,
+    },
+    Bg {
+        versions: Vec<u32>,
+        writes: u64,
+    },
+}
+
+/// Seed 004's test: `threads` threads read-verify then rewrite each page of their slice of
+/// `seq` in order, pass after pass (every page with the next version), while `bg_threads`
+/// threads write random pages of `bg`; for the duration. Then verify both regions.
+pub fn combined(
+    seq: &[AtomicU64],
+    bg: Option<&[AtomicU64]>,
+    p: &Params,
+    ui: &Ui,
+    mark: &mut dyn FnMut(Mark),
+) -> Outcome {
+    let mut out = Outcome::default();
+    out.populate(ui, "populate seq", seq, p);
+    let bg_threads = if bg.is_some() { p.bg_threads } else { 0 };
+    let bg = bg.unwrap_or(&[]);
+    if bg_threads > 0 {
+        out.populate(ui, "populate bg", bg, p);
+    }
+    let (seq_pages, bg_pages) = (page_count(seq), page_count(bg));
+    let threads = p.threads;
+    let duration = p.duration.unwrap_or(DEFAULT_DURATION);
+    mark(Mark::Start);
+    let (results, d) = run_phase(
+        ui,
+        "combined",
+        Len::Time(duration),
+        threads + bg_threads,
+        |t, ctl| {
+            if t >= threads {
+                let b = t - threads;
+                let n = owned_count(bg_pages, bg_threads, b);
+                let mut versions = vec![POPULATE_VERSION; n as usize];
+                let mut writes = 0;
+                let mut rng = Rng::new(p.seed, 2000 + b as u64);
+                while n > 0 && !ctl.stopped() {
+                    let k = Rng::scale(rng.next_u64(), n);
+                    let page = b as u64 + k * bg_threads as u64;
+                    let v = &mut versions[k as usize];
+                    *v = v.wrapping_add(1);
+                    write_page(bg, p.seed, page, *v);
+                    writes += 1;
+                }
+                return CombinedWorker::Bg { versions, writes };
+            }
+            let slice = slice_of(seq_pages, threads, t);
+            let mut hist = new_histogram();
+            let mut version = POPULATE_VERSION;
+            if slice.is_empty() {
+                return CombinedWorker::Seq {
+                    slice,
+                    version,
+                    pos: 0,
+                    hist,
+                    mismatch: None,
+                };
+            }
+            loop {
+                for (i, page) in slice.clone().enumerate() {
+                    if ctl.stopped() {
+                        return CombinedWorker::Seq {
+                            slice,
+                            version,
+                            pos: i as u64,
+                            hist,
+                            mismatch: None,
+                        };
+                    }
+                    let t0 = Instant::now();
+                    if let Err(m) = check_page(seq, p.seed, page, Expect::Page(version)) {
+                        ctl.stop();
+                        return CombinedWorker::Seq {
+                            slice,
+                            version,
+                            pos: i as u64,
+                            hist,
+                            mismatch: Some(m),
+                        };
+                    }
+                    write_page(seq, p.seed, page, version.wrapping_add(1));
+                    hist.saturating_record(t0.elapsed().as_nanos() as u64);
+                    ctl.add(PAGE_BYTES);
+                }
+                version = version.wrapping_add(1);
+            }
+        },
+    );
+    out.record("combined", d, true);
+    mark(Mark::End);
+
+    let mut hist = new_histogram();
+    let mut seq_state = Vec::new();
+    let mut bg_owned = Vec::new();
+    let mut bg_writes = 0;
+    let mut mismatches = Vec::new();
+    for r in results {
+        match r {
+            CombinedWorker::Seq {
+                slice,
+                version,
+                pos,
+                hist: h,
+                mismatch,
+            } => {
+                let _ = hist.add(&h);
+                mismatches.push(mismatch);
+                seq_state.push((slice, version, pos));
+            }
+            CombinedWorker::Bg { versions, writes } => {
+                bg_owned.push(versions);
+                bg_writes += writes;
+            }
+        }
+    }
+    let pages_done = hist.len();
+    out.bytes = Some(pages_done * PAGE_BYTES);
+    out.accesses = Some(pages_done);
+    out.latency = Some(hist);
+    out.bg_accesses = Some(bg_writes);
+    out.mismatch = first_mismatch(mismatches, "seq", "combined");
+    if out.mismatch.is_some() {
+        return out;
+    }
+    // Pages before a thread's stop position hold version + 1, the rest version.
+    let seq_version = |page: u64| {
+        let i = seq_state.partition_point(|(s, _, _)| s.end <= page);
+        let (s, v, pos) = &seq_state[i];
+        if page - s.start < *pos {
+            v.wrapping_add(1)
+        } else {
+            *v
+        }
+    };
+    let ok = out.seq(ui, ("verify seq", "seq"), seq, threads, false, |page| {
+        check_page(seq, p.seed, page, Expect::Page(seq_version(page)))
+    });
+    if ok && bg_threads > 0 {
+        let owned = Owned(bg_owned);
+        out.seq(ui, ("verify bg", "bg"), bg, threads, false, |page| {
+            check_page(bg, p.seed, page, Expect::Page(owned.version(page)))
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(pages: usize) -> Vec<AtomicU64> {
+        (0..pages * PAGE_WORDS).map(|_| AtomicU64::new(0)).collect()
+    }
+
+    fn params(threads: usize) -> Params {
+        Params {
+            seed: 42,
+            threads,
+            duration: Some(Duration::from_millis(100)),
+            read_pct: 80,
+            bg_threads: 1,
+        }
+    }
+
+    #[test]
+    fn pattern_depends_on_everything() {
+        let a = pattern_word(1, 10, 1, 0);
+        assert_ne!(a, pattern_word(2, 10, 1, 0), "seed");
+        assert_ne!(a, pattern_word(1, 11, 1, 0), "page");
+        assert_ne!(a, pattern_word(1, 10, 2, 0), "version");
+        assert_ne!(a, pattern_word(1, 10, 1, 1), "word");
+        assert_eq!(a, pattern_word(1, 10, 1, 0), "deterministic");
+        // Words of one page are all different and never zero in practice.
+        let base = page_base(7, 3, 1);
+        let mut seen: Vec<u64> = (0..PAGE_WORDS).map(|w| word_value(base, w)).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen.len(), PAGE_WORDS);
+        assert!(!seen.contains(&0));
+        assert!(touched_word(123) < PAGE_WORDS);
+    }
+
+    #[test]
+    fn write_then_check_round_trips_and_catches_each_kind_of_error() {
+        let w = words(4);
+        for page in 0..4 {
+            write_page(&w, 9, page, 3);
+        }
+        for page in 0..4 {
+            assert!(check_page(&w, 9, page, Expect::Page(3)).is_ok());
+        }
+        let m = check_page(&w, 9, 2, Expect::Page(4)).unwrap_err();
+        assert_eq!((m.page, m.word, m.expected_version), (2, 0, 4));
+        assert!(check_page(&w, 8, 2, Expect::Page(3)).is_err(), "other seed");
+        // A zero page (never written) is caught.
+        let z = words(1);
+        assert!(check_page(&z, 9, 0, Expect::Page(1)).is_err());
+        // pmbench's touched word.
+        write_page(&w, 9, 1, POPULATE_VERSION);
+        let tw = touched_word(1);
+        w[PAGE_WORDS + tw].store(pattern_word(9, 1, 5, tw), Relaxed);
+        assert!(check_page(&w, 9, 1, Expect::Touched(5)).is_ok());
+        let m = check_page(&w, 9, 1, Expect::Touched(4)).unwrap_err();
+        assert_eq!(m.word, tw);
+        assert_eq!(m.offset, PAGE_BYTES + tw as u64 * 8);
+    }
+
+    #[test]
+    fn slices_and_ownership_cover_every_page_once() {
+        for (pages, threads) in [(10u64, 3usize), (1, 4), (512, 2), (7, 7), (0, 2)] {
+            let covered: u64 = (0..threads)
+                .map(|t| slice_of(pages, threads, t))
+                .map(|r| r.end - r.start)
+                .sum();
+            assert_eq!(covered, pages);
+            let owned: u64 = (0..threads).map(|t| owned_count(pages, threads, t)).sum();
+            assert_eq!(owned, pages);
+        }
+    }
+
+    #[test]
+    fn workloads_verify_ok_on_ordinary_memory() {
+        let ui = Ui::new(false);
+        for threads in [1, 3] {
+            let w = words(300);
+            let p = params(threads);
+            let mut marks = Vec::new();
+            let out = swap_w_seq(&w, &p, &ui, &mut |m| marks.push(m));
+            assert!(out.mismatch.is_none(), "{:?}", out.mismatch);
+            assert_eq!(marks, [Mark::Start, Mark::End]);
+            assert_eq!(out.bytes, Some(2 * 300 * PAGE_BYTES));
+            let p = Params {
+                duration: None,
+                ..p
+            };
+            assert!(swap_w_rand(&w, &p, &ui, &mut |_| {}).mismatch.is_none());
+            assert!(seq_read(&w, &p, &ui, &mut |_| {}).mismatch.is_none());
+            let p = params(threads);
+            let out = pmbench(&w, &p, &ui, &mut |_| {});
+            assert!(out.mismatch.is_none(), "{:?}", out.mismatch);
+            assert!(out.accesses.unwrap() > 0);
+            let bg = words(100);
+            let out = combined(
+                &w,
+                Some(&bg),
+                &Params { bg_threads: 2, ..p },
+                &ui,
+                &mut |_| {},
+            );
+            assert!(out.mismatch.is_none(), "{:?}", out.mismatch);
+            assert!(out.accesses.unwrap() > 0 && out.bg_accesses.unwrap() > 0);
+        }
+    }
+
+    #[test]
+    fn time_phase_stops_on_time() {
+        let ui = Ui::new(false);
+        let (r, d) = run_phase(
+            &ui,
+            "t",
+            Len::Time(Duration::from_millis(120)),
+            2,
+            |_, ctl| {
+                let mut n = 0u64;
+                while !ctl.stopped() {
+                    n += 1;
+                    std::thread::yield_now();
+                }
+                n
+            },
+        );
+        assert_eq!(r.len(), 2);
+        assert!(
+            d >= Duration::from_millis(120) && d < Duration::from_secs(5),
+            "{d:?}"
+        );
+    }
+}
