@@ -21,7 +21,6 @@
 //! * `USWAP_CGROUP_VERSION=v1|v2`: force a cgroup interface.
 //! * `USWAP_BENCH_TIMEOUT=SECONDS`: kill a child that runs longer (default 1800).
 
-
 use crate::bench::BenchArgs;
 use crate::cgroup::{self, Hierarchy, Memcg, OomStats, SwapPolicy};
 use crate::kswap::{self, KernelSwap, Kind};

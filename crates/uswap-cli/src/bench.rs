@@ -64,6 +64,25 @@ impl Workload {
     }
 }
 
+/// A switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnOff {
+    /// Enabled.
+    On,
+    /// Disabled.
+    Off,
+}
+
+impl OnOff {
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            OnOff::On => "on",
+            OnOff::Off => "off",
+        }
+    }
+}
+
 /// Swap unit of the regions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Unit {
@@ -325,6 +344,11 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=512))]
     pub ra_max_pages: Option<u32>,
 
+    /// Beyond the kernel: a confirmed sequential stream grows its readahead window past
+    /// --ra-max-pages up to a whole 2 MiB unit, and shrinks back when hits fall [default: on].
+    #[arg(long, value_enum, value_name = "ON|OFF", default_value_t = OnOff::On, hide_default_value = true)]
+    pub ra_stream: OnOff,
+
     /// Slot of a clean page that gets written: free it at once, or keep it until reclaim
     /// (seed 001) [default: free].
     #[arg(long, value_enum, value_name = "POLICY", default_value_t = StaleSlot::Free, hide_default_value = true)]
@@ -435,6 +459,7 @@ impl BenchArgs {
         if let Some(n) = self.ra_max_pages {
             push("--ra-max-pages", n.to_string());
         }
+        push("--ra-stream", self.ra_stream.name().to_string());
         push("--stale-slot", self.stale_slot.name().to_string());
         push("--device", self.device.name().to_string());
         push("--fault-threads", self.fault_threads.to_string());
@@ -495,6 +520,7 @@ impl BenchArgs {
                 StaleSlot::Keep => uswap::StaleSlotPolicy::KeepUntilReclaim,
             })
             .readahead(self.readahead.policy())
+            .readahead_stream(self.ra_stream == OnOff::On)
             .unit(self.unit.policy())
             .spin_us(self.spin_us);
         if let Some(n) = self.ra_max_pages {

@@ -7,6 +7,7 @@ mod kswap;
 mod memory;
 mod plot;
 mod report;
+mod run;
 mod workloads;
 
 use clap::{Args, Parser, Subcommand};
@@ -18,7 +19,7 @@ Examples:
   uswap bench                      the main job: a 1 GiB region paged under a 256 MiB budget
   uswap bench pmbench --json       random accesses; one JSON object on the last line of stdout
   uswap bench --help               workloads and every option
-  uswap run --budget 2G -- ./prog  run a program with its large memory under uswap (not built yet)
+  uswap run --budget 2G -- ./prog  run a program with its large memory under uswap
 
 uswap needs userfaultfd: run as root, or `sudo sysctl vm.unprivileged_userfaultfd=1`.
 Exit status: 0 ok, 1 verification failure or runtime error, 2 bad usage.";
@@ -38,12 +39,13 @@ enum Command {
     /// uswap region or on plain memory, verify every byte it reads, and report.
     #[command(after_help = bench::EXAMPLES)]
     Bench(bench::BenchArgs),
-    /// Run PROGRAM with its large anonymous memory under uswap (not built yet).
-    #[command(after_help = "Example:\n  uswap run --budget 2G --stats -- python3 big.py")]
+    /// Run PROGRAM with its large anonymous memory (big malloc blocks, big anonymous
+    /// private mmaps) under uswap; exit status, signals and stdio pass through.
+    #[command(after_help = run::HELP)]
     Run(RunArgs),
 }
 
-/// `uswap run` options (the command itself lands later, in `run.rs`).
+/// `uswap run` options (the command is in `run.rs`).
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Resident budget for the program's uswap memory [default: 256M].
@@ -58,25 +60,17 @@ pub struct RunArgs {
     #[arg(long, value_enum, value_name = "UNIT", ignore_case = true, default_value_t = bench::Unit::Small,
           hide_default_value = true)]
     pub unit: bench::Unit,
-    /// On exit, print the counters and peak resident memory to stderr, or to FILE.
+    /// Allocations and mappings of at least SIZE go under uswap [default: 1M].
+    #[arg(long, value_name = "SIZE", default_value = "1M", hide_default_value = true,
+          value_parser = bench::parse_size_arg)]
+    pub threshold: u64,
+    /// On exit, print the counters and peak resident memory (one JSON line per process
+    /// that used uswap) to stderr, or append them to FILE.
     #[arg(long, value_name = "FILE", num_args = 0..=1, require_equals = true)]
     pub stats: Option<Option<PathBuf>>,
     /// The program and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "PROGRAM ARGS")]
     pub program: Vec<OsString>,
-}
-
-/// Placeholder until `run.rs` lands (then: `Command::Run(args) => run::main(args)`).
-fn run_not_built(args: &RunArgs) -> i32 {
-    let _ = (
-        args.budget,
-        &args.swap_file,
-        args.unit,
-        &args.stats,
-        &args.program,
-    );
-    eprintln!("uswap run: not built yet");
-    2
 }
 
 fn main() {
@@ -85,7 +79,7 @@ fn main() {
     // (exit 1) rather than Rust's 101. The panic message itself is printed by the hook.
     let code = std::panic::catch_unwind(move || match cli.command {
         Command::Bench(args) => bench::main(args),
-        Command::Run(args) => run_not_built(&args),
+        Command::Run(args) => run::main(args),
     })
     .unwrap_or_else(|_| {
         eprintln!("uswap: error: internal error (panic); please report it");

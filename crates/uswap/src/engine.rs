@@ -478,7 +478,7 @@ impl Engine {
         *committed = need;
         drop(committed);
         let id = self.next_id.fetch_add(1, Relaxed);
-        let mut r = RegionInner::new(id, base, shadow, len, policy);
+        let mut r = RegionInner::new(id, base, shadow, len, policy, self.cfg.readahead_max_pages);
         r.metadata_bytes = metadata;
         let r = Arc::new(r);
         self.metadata.fetch_add(metadata, Relaxed);

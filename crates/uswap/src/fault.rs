@@ -183,6 +183,7 @@ impl Engine {
                     ReadaheadPolicy::Vma => {
                         r.ra.lock()
                             .unwrap_or_else(|p| p.into_inner())
+                            .vma
                             .cache_hit(page, e.readahead)
                     }
                     ReadaheadPolicy::Cluster if e.readahead => self.cluster_ra.hit(),
@@ -216,10 +217,15 @@ impl Engine {
         match r.policy.readahead {
             ReadaheadPolicy::Off => {}
             ReadaheadPolicy::Vma => {
-                let w =
-                    r.ra.lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .window(page, r.pages(), max);
+                let w = {
+                    let mut g = r.ra.lock().unwrap_or_else(|p| p.into_inner());
+                    let st = &mut *g;
+                    if self.cfg.readahead_stream {
+                        st.vma.window_adaptive(page, r.pages(), &mut st.cap)
+                    } else {
+                        st.vma.window(page, r.pages(), max)
+                    }
+                };
                 for p in w.start..w.end {
                     if p == page || reads.len() as u64 > room {
                         continue;

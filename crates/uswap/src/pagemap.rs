@@ -13,7 +13,7 @@
 //! page of `i` is touched only under unit `i / 512`'s lock, except by I/O in flight,
 //! which the swap cache entry records.
 
-use crate::readahead::VmaReadahead;
+use crate::readahead::{AdaptiveCap, VmaReadahead};
 use crate::slots::Slot;
 use crate::stats::EventCounters;
 use crate::{PAGE_SIZE, UNIT_PAGES};
@@ -146,6 +146,16 @@ pub struct RegionPolicy {
     pub readahead: crate::ReadaheadPolicy,
 }
 
+/// A region's readahead: the kernel's window state and, beyond the kernel, the cap
+/// that a confirmed stream raises.
+#[derive(Debug)]
+pub struct RaState {
+    /// Window rule state.
+    pub vma: VmaReadahead,
+    /// Stream cap (used when `PoolBuilder::readahead_stream` is on).
+    pub cap: AdaptiveCap,
+}
+
 /// First-touch fault-around state: sequential first writes map whole runs of zero
 /// pages at once, like readahead does for swapped pages.
 #[derive(Debug, Default)]
@@ -171,7 +181,7 @@ pub struct RegionInner {
     /// The units.
     pub units: Box<[Unit]>,
     /// VMA readahead state (seed 004), per region.
-    pub ra: Mutex<VmaReadahead>,
+    pub ra: Mutex<RaState>,
     /// First-touch fault-around state.
     pub zero_ahead: Mutex<ZeroAhead>,
     /// Counters of this region.
@@ -192,6 +202,7 @@ impl RegionInner {
         shadow: usize,
         len: usize,
         policy: RegionPolicy,
+        ra_base: u32,
     ) -> RegionInner {
         let nunits = len / crate::UNIT_SIZE;
         let units: Box<[Unit]> = (0..nunits).map(|_| Unit::new()).collect();
@@ -203,7 +214,10 @@ impl RegionInner {
             len,
             policy,
             units,
-            ra: Mutex::new(VmaReadahead::default()),
+            ra: Mutex::new(RaState {
+                vma: VmaReadahead::default(),
+                cap: AdaptiveCap::new(ra_base, UNIT_PAGES as u32),
+            }),
             zero_ahead: Mutex::new(ZeroAhead::default()),
             counters: EventCounters::default(),
             dead: AtomicBool::new(false),

@@ -75,6 +75,7 @@ pub struct PoolBuilder {
     pub(crate) stale_slot_policy: StaleSlotPolicy,
     pub(crate) readahead: ReadaheadPolicy,
     pub(crate) readahead_max_pages: u32,
+    pub(crate) readahead_stream: bool,
     pub(crate) unit: UnitPolicy,
     pub(crate) spin_us: u32,
     pub(crate) inject: FaultInjection,
@@ -91,6 +92,7 @@ impl Default for PoolBuilder {
             stale_slot_policy: StaleSlotPolicy::FreeOnWrite,
             readahead: ReadaheadPolicy::Vma,
             readahead_max_pages: 8,
+            readahead_stream: true,
             unit: UnitPolicy::Auto,
             spin_us: 0,
             inject: FaultInjection::default(),
@@ -138,6 +140,12 @@ impl PoolBuilder {
     /// Largest readahead window in pages (the kernel's `1 << page-cluster`, default 8).
     pub fn readahead_max_pages(mut self, n: u32) -> Self {
         self.readahead_max_pages = n.clamp(1, crate::UNIT_PAGES as u32);
+        self
+    }
+    /// Beyond the kernel: let a confirmed sequential stream grow its readahead window
+    /// past `readahead_max_pages`, up to a whole 2 MiB unit (default on).
+    pub fn readahead_stream(mut self, on: bool) -> Self {
+        self.readahead_stream = on;
         self
     }
     /// Default unit policy of regions.
