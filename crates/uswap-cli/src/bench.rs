@@ -839,7 +839,7 @@ mod tests {
         assert_eq!((a.size, a.budget, a.threads), (1 << 30, 256 << 20, 1));
         assert_eq!(
             (a.unit, a.readahead, a.memory),
-            (Unit::Small, Readahead::Vma, MemoryKind::Uswap)
+            (Unit::Auto, Readahead::Vma, MemoryKind::Uswap)
         );
         assert_eq!((a.read_pct, a.repeat, a.json), (80, 1, false));
         assert_eq!(a.effective_duration(), Duration::from_secs(10));

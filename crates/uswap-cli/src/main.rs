@@ -1,4 +1,4 @@
-//! `uswap`: benchmarks of the user-space swap engine, and (soon) running programs under it.
+//! `uswap`: benchmarks of the user-space swap engine, and running programs under it.
 
 mod against;
 mod bench;

@@ -23,10 +23,27 @@ use std::sync::Mutex;
 /// Granularity in which a regular swap file is extended (fallocate).
 const GROW_STEP: u64 = 64 << 20;
 
+/// A file whose slots were in use at a fork: read-only from then on, by both
+/// processes (either may still need what the other wrote there).
+#[derive(Debug)]
+struct Frozen {
+    /// Slots `[first, end)` live in `file` at offset `(slot - first) * 4096`.
+    first: u64,
+    end: u64,
+    file: File,
+}
+
 /// An open swap file or device.
 #[derive(Debug)]
 pub struct SwapFile {
+    /// The file new slots are written to; slot `s` is at `(s - base) * 4096`.
     file: File,
+    /// First slot of `file` (0 until a fork).
+    base: u64,
+    /// Files frozen by forks, oldest first.
+    frozen: Vec<Frozen>,
+    /// Where the user asked for swap (to open a new file after a fork).
+    origin: Option<PathBuf>,
     /// What the user sees in messages.
     desc: PathBuf,
     /// Bytes usable now (a multiple of 2 MiB).
@@ -142,6 +159,9 @@ impl SwapFile {
         };
         let sf = SwapFile {
             file,
+            base: 0,
+            frozen: Vec::new(),
+            origin: path.map(Path::to_path_buf),
             desc,
             capacity: AtomicU64::new(0),
             fixed: fixed.map(|f| f & !(crate::UNIT_SIZE as u64 - 1)),
@@ -166,9 +186,60 @@ impl SwapFile {
         Ok(sf)
     }
 
-    /// The raw fd for io_uring.
+    /// The raw fd of the file new slots go to.
     pub fn raw(&self) -> RawFd {
         self.file.as_raw_fd()
+    }
+
+    /// Where slot `slot` lives: fd and byte offset.
+    pub fn locate(&self, slot: u64) -> (RawFd, u64) {
+        if slot >= self.base {
+            return (self.file.as_raw_fd(), (slot - self.base) * 4096);
+        }
+        for f in self.frozen.iter().rev() {
+            if slot >= f.first && slot < f.end {
+                return (f.file.as_raw_fd(), (slot - f.first) * 4096);
+            }
+        }
+        // Not reachable for a slot the allocator handed out; fail the I/O cleanly.
+        (-1, 0)
+    }
+
+    /// First slot of the writable file.
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// After fork: freeze the file in use and continue in a new one (same placement;
+    /// a block device is replaced by an unnamed file in `$TMPDIR`), big enough for
+    /// `committed` bytes. Slots of the new file start at the current capacity.
+    pub fn fork_new_file(&mut self, committed: u64) -> Result<()> {
+        let origin = if self.is_block {
+            None
+        } else {
+            self.origin.clone()
+        };
+        let fresh = SwapFile::open(origin.as_deref(), self.fixed.filter(|_| !self.is_block))?;
+        let end = self.capacity() / 4096;
+        let (fresh_cap, fresh_fixed, fresh_rot) = (fresh.capacity(), fresh.fixed, fresh.rotational);
+        let old = std::mem::replace(&mut self.file, fresh.file);
+        self.frozen.push(Frozen {
+            first: self.base,
+            end,
+            file: old,
+        });
+        self.base = end;
+        self.is_block = false;
+        self.rotational = fresh_rot.or(self.rotational);
+        if self.fixed.is_some() {
+            self.fixed = Some(end * 4096 + fresh_fixed.unwrap_or(0));
+            self.capacity
+                .store(end * 4096 + fresh_cap, Ordering::Release);
+        } else {
+            self.capacity.store(end * 4096, Ordering::Release);
+            self.ensure(end * 4096 + committed)?;
+        }
+        Ok(())
     }
 
     /// Where it lives, for messages.
@@ -207,8 +278,9 @@ impl SwapFile {
         if let Some(f) = self.fixed {
             want = want.min(f).max(bytes.min(f));
         }
+        let off = self.base * 4096;
         // SAFETY: fallocate on an fd we own, with a byte range.
-        let r = unsafe { libc::fallocate(self.raw(), 0, cap as i64, (want - cap) as i64) };
+        let r = unsafe { libc::fallocate(self.raw(), 0, (cap - off) as i64, (want - cap) as i64) };
         if r != 0 {
             let e = std::io::Error::last_os_error();
             if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
@@ -218,7 +290,7 @@ impl SwapFile {
                     .map_err(|e| swap_err(&self.desc, e, ""))?;
             } else {
                 // Give back what a partial fallocate may have taken.
-                let _ = self.file.set_len(cap);
+                let _ = self.file.set_len(cap - off);
                 let hint = if e.raw_os_error() == Some(libc::ENOSPC) {
                     " (the disk is full)"
                 } else {

@@ -87,7 +87,8 @@ struct Regions {
 /// Shared engine state.
 pub struct Engine {
     pub(crate) uffd: Uffd,
-    pub(crate) swap: SwapFile,
+    /// The backend; written only at fork, with every thread quiesced.
+    pub(crate) swap: RwLock<SwapFile>,
     pub(crate) slots: SlotAllocator,
     pub(crate) cache: SwapCache,
     pub(crate) cfg: PoolBuilder,
@@ -125,8 +126,39 @@ pub struct Engine {
     users: AtomicUsize,
     /// Writes in flight on any ring.
     pub(crate) writes_inflight: AtomicI64,
+    /// Requests (reads and writes) in flight on any ring.
+    pub(crate) io_inflight: AtomicI64,
     pub(crate) read_seq: AtomicU64,
     pub(crate) write_seq: AtomicU64,
+    /// This process forked (or is a forked child) since the pool started: some pages
+    /// may be shared copy-on-write and refuse UFFDIO_MOVE.
+    pub(crate) forked: AtomicBool,
+    /// A fork is being prepared: threads and API calls wait at `enter`.
+    fork_pending: AtomicBool,
+    /// Threads and API calls inside the engine now (see `enter`).
+    active: AtomicUsize,
+}
+
+/// Every engine of this process, for the fork hooks.
+static ENGINES: Mutex<Vec<std::sync::Weak<Engine>>> = Mutex::new(Vec::new());
+
+/// The engines alive now.
+pub(crate) fn live_engines() -> Vec<Arc<Engine>> {
+    ENGINES
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .filter_map(|w| w.upgrade())
+        .collect()
+}
+
+/// Proof of being inside the engine (no fork may start until it drops).
+pub(crate) struct Active<'a>(&'a Engine);
+
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, SeqCst);
+    }
 }
 
 fn eventfd() -> Result<OwnedFd> {
@@ -137,6 +169,16 @@ fn eventfd() -> Result<OwnedFd> {
     }
     // SAFETY: fresh fd owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn raw_eventfd() -> std::io::Result<i32> {
+    // SAFETY: eventfd(2) with integer flags.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(fd)
+    }
 }
 
 fn signal_eventfd(fd: &OwnedFd) {
@@ -244,7 +286,7 @@ impl Engine {
         let nworkers = cfg.fault_threads;
         let engine = Arc::new(Engine {
             uffd,
-            swap,
+            swap: RwLock::new(swap),
             slots,
             cache: SwapCache::new(max_slots),
             cluster_ra: ClusterReadahead::new(),
@@ -269,12 +311,27 @@ impl Engine {
             pidfd,
             users: AtomicUsize::new(1),
             writes_inflight: AtomicI64::new(0),
+            io_inflight: AtomicI64::new(0),
             read_seq: AtomicU64::new(0),
             write_seq: AtomicU64::new(0),
+            forked: AtomicBool::new(false),
+            fork_pending: AtomicBool::new(false),
+            active: AtomicUsize::new(0),
         });
+        {
+            let mut all = ENGINES.lock().unwrap_or_else(|p| p.into_inner());
+            all.retain(|w| w.strong_count() > 0);
+            all.push(Arc::downgrade(&engine));
+        }
+        engine.spawn_threads()?;
+        Ok(engine)
+    }
+
+    /// Start the fault threads and the reclaim thread.
+    fn spawn_threads(self: &Arc<Self>) -> Result<()> {
         let mut threads = Vec::new();
-        for i in 0..nworkers {
-            let e = engine.clone();
+        for i in 0..self.cfg.fault_threads {
+            let e = self.clone();
             let ctx = ThreadCtx::new(&e)?;
             threads.push(
                 std::thread::Builder::new()
@@ -283,7 +340,7 @@ impl Engine {
                     .map_err(|_| Error::sys("spawn fault thread"))?,
             );
         }
-        let e = engine.clone();
+        let e = self.clone();
         let ctx = ThreadCtx::new(&e)?;
         threads.push(
             std::thread::Builder::new()
@@ -291,8 +348,213 @@ impl Engine {
                 .spawn(move || e.reclaim_thread(ctx))
                 .map_err(|_| Error::sys("spawn reclaim thread"))?,
         );
-        *engine.threads.lock().unwrap_or_else(|p| p.into_inner()) = threads;
-        Ok(engine)
+        *self.threads.lock().unwrap_or_else(|p| p.into_inner()) = threads;
+        Ok(())
+    }
+
+    /// Enter the engine: waits while a fork is being prepared.
+    pub(crate) fn enter(&self) -> Active<'_> {
+        loop {
+            while self.fork_pending.load(SeqCst) {
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+            self.active.fetch_add(1, SeqCst);
+            if !self.fork_pending.load(SeqCst) {
+                return Active(self);
+            }
+            self.active.fetch_sub(1, SeqCst);
+        }
+    }
+
+    /// Before fork: let every thread and API call inside the engine leave, and keep
+    /// them out, so that no engine lock is held across the fork.
+    pub(crate) fn fork_prepare(&self) {
+        self.fork_pending.store(true, SeqCst);
+        while self.active.load(SeqCst) > 0 {
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
+        // Every unit lock must be free now: one held across fork stays held in the child.
+        #[cfg(debug_assertions)]
+        for r in self
+            .regions
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .by_id
+            .values()
+        {
+            for u in r.units.iter() {
+                let h = u.holder.load(Relaxed);
+                debug_assert!(
+                    h == 0,
+                    "unit lock held by thread {h} outside the engine at fork"
+                );
+            }
+        }
+    }
+
+    /// Both sides after fork: the swap file in use is frozen (either process may still
+    /// read what the other wrote there), new writes go to a new file.
+    fn fork_switch_swap(&self) {
+        self.forked.store(true, SeqCst);
+        let committed = *self.committed.lock().unwrap_or_else(|p| p.into_inner());
+        let limit = self.swap().capacity() / PAGE_SIZE as u64;
+        let r = self
+            .swap
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .fork_new_file(committed);
+        if let Err(e) = r {
+            eprintln!("uswap: after fork: no new swap file ({e}); pages stay in RAM until one can be written");
+        }
+        self.slots.freeze_below(limit);
+        self.slots.grow(self.swap().capacity() / PAGE_SIZE as u64);
+    }
+
+    /// In the parent after fork.
+    pub(crate) fn fork_parent(&self) {
+        self.fork_switch_swap();
+        self.fork_pending.store(false, SeqCst);
+    }
+
+    /// In the child after fork: it has this engine's memory but none of its threads,
+    /// and shares the parent's userfaultfd, eventfds, rings and pidfd. Replace them
+    /// all (same fd numbers), re-register the regions, and finish what the parent's
+    /// I/O was doing.
+    pub(crate) fn fork_child(self: &Arc<Self>) {
+        let fresh = |what: &str, new: std::io::Result<i32>, old: i32| match new {
+            // SAFETY: dup2 onto an fd number this engine owns; the new fd is closed after.
+            Ok(fd) => unsafe {
+                libc::dup2(fd, old);
+                libc::close(fd);
+            },
+            Err(e) => eprintln!("uswap: after fork: {what}: {e}"),
+        };
+        match Uffd::open() {
+            Ok(u) => {
+                let raw = u.raw();
+                // SAFETY: duplicate the new uffd onto the old number; `u` closes its own.
+                unsafe { libc::dup2(raw, self.uffd.raw()) };
+            }
+            Err(e) => {
+                eprintln!("uswap: after fork: no userfaultfd in the child ({e}); its regions are plain memory now");
+                self.fork_pending.store(false, SeqCst);
+                return;
+            }
+        }
+        fresh("eventfd", raw_eventfd(), self.kswapd_event.as_raw_fd());
+        for ev in &self.worker_events {
+            fresh("eventfd", raw_eventfd(), ev.as_raw_fd());
+        }
+        if let Some(p) = &self.pidfd {
+            // SAFETY: pidfd_open on our own (new) pid.
+            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) } as i32;
+            fresh(
+                "pidfd",
+                if fd >= 0 {
+                    Ok(fd)
+                } else {
+                    Err(std::io::Error::last_os_error())
+                },
+                p.as_raw_fd(),
+            );
+        }
+        self.fork_switch_swap();
+        let regions: Vec<_> = self
+            .regions
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .by_id
+            .values()
+            .cloned()
+            .collect();
+        for r in &regions {
+            self.fork_child_region(r);
+        }
+        // The parent's threads do not exist here; their handles must not be joined.
+        std::mem::forget(std::mem::take(
+            &mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()),
+        ));
+        self.writes_inflight.store(0, SeqCst);
+        self.io_inflight.store(0, SeqCst);
+        self.active.store(0, SeqCst);
+        self.fork_pending.store(false, SeqCst);
+        if let Err(e) = self.spawn_threads() {
+            eprintln!("uswap: after fork: cannot start threads: {e}");
+        }
+    }
+
+    fn fork_child_region(&self, r: &Arc<RegionInner>) {
+        use crate::pagemap::PageState;
+        use crate::swap_cache::CacheState;
+        if let Err(e) = self
+            .uffd
+            .register(r.base, r.len, REGISTER_MISSING | REGISTER_WP)
+            .and_then(|_| self.uffd.register(r.shadow, r.len, REGISTER_WP))
+        {
+            eprintln!("uswap: after fork: cannot register region {}: {e}", r.id);
+            return;
+        }
+        for (ui, unit) in r.units.iter().enumerate() {
+            let mut u = unit.lock();
+            u.unit_reads = 0;
+            let first = (ui * crate::UNIT_PAGES) as u64;
+            let mut clean: Vec<(usize, usize)> = Vec::new();
+            for i in 0..crate::UNIT_PAGES {
+                let p = first + i as u64;
+                match u.get(i) {
+                    // fork dropped the write-protect bits: put them back on clean pages.
+                    PageState::Resident { dirty: false, .. } => match clean.last_mut() {
+                        Some(last) if last.0 + last.1 == r.page_addr(p) => last.1 += PAGE_SIZE,
+                        _ => clean.push((r.page_addr(p), PAGE_SIZE)),
+                    },
+                    PageState::Swapped(s) => match self.cache.get(s).map(|e| e.state) {
+                        // The parent's read never lands here: read again on demand.
+                        Some(CacheState::Reading) => {
+                            self.drop_cache_entry(s);
+                            self.dontneed(&[(r.shadow_addr(p), PAGE_SIZE)]);
+                        }
+                        // The parent's write may not finish: the child keeps the page dirty.
+                        Some(CacheState::Writing) => {
+                            self.cache.remove(s);
+                            self.slots.clear_cache(s);
+                            self.slots.put(s);
+                            self.restore_page(r, p);
+                            u.set(
+                                i,
+                                PageState::Resident {
+                                    dirty: true,
+                                    slot: None,
+                                },
+                            );
+                            u.resident += 1;
+                            self.resident.fetch_add(1, Relaxed);
+                            self.cached.fetch_sub(1, Relaxed);
+                        }
+                        _ => {}
+                    },
+                    _ => {}
+                }
+            }
+            for (a, l) in clean {
+                let _ = self.uffd.write_protect(a, l, true, crate::uffd::Wake::Yes);
+            }
+            if u.resident > 0 {
+                unit.on_lru.store(false, Relaxed);
+                self.lru_add(r, first, &u);
+            }
+        }
+    }
+
+    /// The backend.
+    pub(crate) fn swap(&self) -> std::sync::RwLockReadGuard<'_, SwapFile> {
+        self.swap.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queue a backend request on this thread's ring, at its slot's file and offset.
+    pub(crate) fn queue_io(&self, ctx: &mut ThreadCtx, op: crate::io::Op) {
+        self.io_inflight.fetch_add(1, Relaxed);
+        let loc = self.swap().locate(op.slot);
+        ctx.ring.queue(op, loc);
     }
 
     /// One more Pool/Region handle.
@@ -359,6 +621,7 @@ impl Engine {
 
     /// Totals over live and dropped regions, with the gauges.
     pub(crate) fn counters(&self) -> Counters {
+        let _a = self.enter();
         let mut c = *self.retired.lock().unwrap_or_else(|p| p.into_inner());
         for r in self
             .regions
@@ -404,6 +667,7 @@ impl Engine {
         size: u64,
         policy: RegionPolicy,
     ) -> Result<Arc<RegionInner>> {
+        let _a = self.enter();
         if size == 0 {
             return Err(Error::InvalidRegionSize {
                 size,
@@ -428,7 +692,7 @@ impl Engine {
         }
         let mut committed = self.committed.lock().unwrap_or_else(|p| p.into_inner());
         let need = *committed + len as u64;
-        match self.swap.fixed_size() {
+        match self.swap().fixed_size() {
             Some(cap) if need > cap => {
                 return Err(Error::SwapFull {
                     requested: size,
@@ -438,10 +702,10 @@ impl Engine {
                 })
             }
             _ => {
-                self.swap.ensure(need)?;
+                self.swap().ensure(need)?;
             }
         }
-        self.slots.grow(self.swap.capacity() / PAGE_SIZE as u64);
+        self.slots.grow(self.swap().capacity() / PAGE_SIZE as u64);
         let base = map_aligned(len)?;
         let shadow = match map_aligned(len) {
             Ok(s) => s,
@@ -492,6 +756,7 @@ impl Engine {
     /// (zeros), their slots and cache copies are freed. I/O in flight on them finishes
     /// later and is dropped (completions check the page still wants it).
     pub(crate) fn discard(&self, r: &RegionInner, first: u64, n: u64) {
+        let _a = self.enter();
         let end = (first + n).min(r.pages());
         let mut p = first;
         while p < end {
@@ -538,6 +803,7 @@ impl Engine {
     /// Unregister, unmap and free everything a region holds. I/O still in flight
     /// finishes later and only drops its cache references (it sees `dead`).
     pub(crate) fn destroy_region(&self, r: &Arc<RegionInner>) {
+        let _a = self.enter();
         r.dead.store(true, Release);
         {
             let mut g = self.regions.write().unwrap_or_else(|p| p.into_inner());
@@ -631,6 +897,7 @@ impl Engine {
                 break;
             }
             if !self.is_shutdown() && self.usage_pages() > self.high_pages() {
+                let _a = self.enter();
                 let target = self.low_pages();
                 self.reclaim(&mut ctx, target);
                 continue;
@@ -642,6 +909,8 @@ impl Engine {
                 continue;
             }
             ctx.ring.wait();
+            // Completions take unit locks: inside the engine (no fork meanwhile).
+            let _a = self.enter();
             cqes.clear();
             ctx.ring.reap(&mut cqes);
             self.process_cqes(&mut ctx, &cqes);
@@ -658,6 +927,7 @@ impl Engine {
             if self.is_shutdown() && ctx.ring.inflight == 0 {
                 break;
             }
+            let a = self.enter();
             // Faults first: they are what a program waits on.
             if self.serve_faults(&mut ctx) == 0 && !spin.is_zero() {
                 let t = std::time::Instant::now();
@@ -675,7 +945,9 @@ impl Engine {
                 ctx.uffd_armed = true;
                 ctx.ring.poll(self.uffd.raw(), TOKEN_UFFD);
             }
+            drop(a);
             ctx.ring.wait();
+            let _a = self.enter();
             cqes.clear();
             ctx.ring.reap(&mut cqes);
             self.process_cqes(&mut ctx, &cqes);
@@ -749,7 +1021,7 @@ pub(crate) struct ThreadCtx {
 impl ThreadCtx {
     fn new(e: &Engine) -> Result<ThreadCtx> {
         Ok(ThreadCtx {
-            ring: Ring::new(512, e.swap.raw()).map_err(|source| Error::Sys {
+            ring: Ring::new(512).map_err(|source| Error::Sys {
                 op: "io_uring_setup",
                 source,
             })?,

@@ -311,7 +311,7 @@ impl Engine {
             let pages: Vec<u64> = reads[i..j].iter().map(|x| x.1).collect();
             let r = reads[i].0.clone();
             r.counters.read_requests.fetch_add(1, Relaxed);
-            ctx.ring.queue(Op::new(OpKind::Read, r, pages, reads[i].2));
+            self.queue_io(ctx, Op::new(OpKind::Read, r, pages, reads[i].2));
             i = j;
         }
     }
@@ -409,6 +409,7 @@ impl Engine {
     /// One backend request finished.
     pub(crate) fn complete(&self, ctx: &mut ThreadCtx, ud: u64, mut res: i32) {
         let Some(op) = ctx.ring.take(ud) else { return };
+        self.io_inflight.fetch_sub(1, Relaxed);
         let inj = self.cfg.inject;
         match op.kind {
             OpKind::Read => {
@@ -439,7 +440,7 @@ impl Engine {
             r.counters.io_errors.fetch_add(1, Relaxed);
             if op.attempt < 2 {
                 op.attempt += 1;
-                ctx.ring.queue(op);
+                self.queue_io(ctx, op);
                 return;
             }
         }

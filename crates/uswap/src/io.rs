@@ -91,19 +91,17 @@ pub struct Ring {
     ring: IoUring,
     ops: Vec<Option<Op>>,
     free: Vec<usize>,
-    fd: RawFd,
     /// Requests in flight.
     pub inflight: usize,
 }
 
 impl Ring {
-    /// A ring of `entries` for backend fd `fd`.
-    pub fn new(entries: u32, fd: RawFd) -> std::io::Result<Ring> {
+    /// A ring of `entries`.
+    pub fn new(entries: u32) -> std::io::Result<Ring> {
         Ok(Ring {
             ring: IoUring::new(entries)?,
             ops: Vec::new(),
             free: Vec::new(),
-            fd,
             inflight: 0,
         })
     }
@@ -120,8 +118,9 @@ impl Ring {
         }
     }
 
-    /// Queue a read or write (submitted at the next `submit`/`wait`).
-    pub fn queue(&mut self, op: Op) {
+    /// Queue a read or write of `op` at `(fd, byte offset)` (submitted at the next
+    /// `submit`/`wait`).
+    pub fn queue(&mut self, op: Op, (fd, off): (RawFd, u64)) {
         let idx = match self.free.pop() {
             Some(i) => i,
             None => {
@@ -129,13 +128,12 @@ impl Ring {
                 self.ops.len() - 1
             }
         };
-        let off = op.slot * PAGE_SIZE as u64;
         let (ptr, n) = (op.iov.as_ptr(), op.iov.len() as u32);
         let sqe = match op.kind {
-            OpKind::Read => opcode::Readv::new(types::Fd(self.fd), ptr, n)
+            OpKind::Read => opcode::Readv::new(types::Fd(fd), ptr, n)
                 .offset(off)
                 .build(),
-            OpKind::Write => opcode::Writev::new(types::Fd(self.fd), ptr, n)
+            OpKind::Write => opcode::Writev::new(types::Fd(fd), ptr, n)
                 .offset(off)
                 .build(),
         }

@@ -106,6 +106,8 @@ pub struct Unit {
     pub referenced: AtomicBool,
     /// The unit is on the reclaim list.
     pub on_lru: AtomicBool,
+    /// Thread holding the lock now (0: none); for diagnostics of lock leaks.
+    pub holder: std::sync::atomic::AtomicU64,
 }
 
 impl Unit {
@@ -119,21 +121,60 @@ impl Unit {
             }),
             referenced: AtomicBool::new(false),
             on_lru: AtomicBool::new(false),
+            holder: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
     /// Lock the unit's pages.
-    pub fn lock(&self) -> MutexGuard<'_, UnitPages> {
-        self.pages.lock().unwrap_or_else(|p| p.into_inner())
+    pub fn lock(&self) -> UnitGuard<'_> {
+        let g = self.pages.lock().unwrap_or_else(|p| p.into_inner());
+        self.holder
+            .store(tid(), std::sync::atomic::Ordering::Relaxed);
+        UnitGuard { g, unit: self }
     }
 
     /// Lock the unit's pages if nobody holds them.
-    pub fn try_lock(&self) -> Option<MutexGuard<'_, UnitPages>> {
-        match self.pages.try_lock() {
-            Ok(g) => Some(g),
-            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        }
+    pub fn try_lock(&self) -> Option<UnitGuard<'_>> {
+        let g = match self.pages.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        self.holder
+            .store(tid(), std::sync::atomic::Ordering::Relaxed);
+        Some(UnitGuard { g, unit: self })
+    }
+}
+
+fn tid() -> u64 {
+    thread_local!(static TID: u64 = unsafe { libc::gettid() } as u64);
+    TID.with(|t| *t)
+}
+
+/// A locked unit (records its holder, for diagnostics).
+pub struct UnitGuard<'a> {
+    g: MutexGuard<'a, UnitPages>,
+    unit: &'a Unit,
+}
+
+impl Drop for UnitGuard<'_> {
+    fn drop(&mut self) {
+        self.unit
+            .holder
+            .store(0, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl std::ops::Deref for UnitGuard<'_> {
+    type Target = UnitPages;
+    fn deref(&self) -> &UnitPages {
+        &self.g
+    }
+}
+
+impl std::ops::DerefMut for UnitGuard<'_> {
+    fn deref_mut(&mut self) -> &mut UnitPages {
+        &mut self.g
     }
 }
 

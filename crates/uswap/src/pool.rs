@@ -220,12 +220,12 @@ impl Pool {
 
     /// Swap capacity in bytes now.
     pub fn swap_capacity(&self) -> u64 {
-        self.engine.swap.capacity()
+        self.engine.swap().capacity()
     }
 
     /// Where the swap lives (the directory of an unnamed file, or the device).
-    pub fn swap_location(&self) -> &std::path::Path {
-        self.engine.swap.desc()
+    pub fn swap_location(&self) -> std::path::PathBuf {
+        self.engine.swap().desc().to_path_buf()
     }
 
     /// Whether slots are allocated the rotational way (shared scan base) or SSD way.

@@ -65,10 +65,20 @@ impl Engine {
                 cqes.clear();
                 ctx.ring.reap(&mut cqes);
                 self.process_cqes(ctx, &cqes);
+            } else if self.io_inflight.load(Relaxed) > 0 && idle < 200_000 {
+                // Another thread's I/O will make pages droppable: the budget is a
+                // promise, so wait for it (bounded at ~10 s against a stuck device).
+                idle += 1;
+                self.wake_kswapd();
+                std::thread::sleep(std::time::Duration::from_micros(50));
             } else {
                 idle += 1;
                 if idle > 2000 {
-                    // ~100 ms without progress: give up rather than hang a fault.
+                    // Nothing in flight and nothing evictable (pages pinned by the
+                    // program's own I/O): proceed rather than hang the fault.
+                    if idle > 200_000 {
+                        eprintln!("uswap: reclaim made no progress for 10 s; going over budget");
+                    }
                     return;
                 }
                 std::thread::sleep(std::time::Duration::from_micros(50));
@@ -128,26 +138,28 @@ impl Engine {
             .collect();
         // 1. Detach: one MOVE per run of resident pages.
         let mut moved_idx: Vec<usize> = Vec::with_capacity(resident.len());
+        let forked = self.forked.load(Relaxed);
         for run in runs(&resident) {
-            let (p0, n) = (first + run[0] as u64, run.len());
-            match self
-                .uffd
-                .move_pages(r.shadow_addr(p0), r.page_addr(p0), n * PAGE_SIZE, Wake::Yes)
-            {
-                Ok(_) => moved_idx.extend_from_slice(run),
-                Err(_) => {
-                    // A pinned page (e.g. under the program's own O_DIRECT) refuses to
-                    // move: take the others one by one; the refusers stay resident.
-                    for &i in run {
-                        let p = first + i as u64;
-                        if self
-                            .uffd
-                            .move_pages(r.shadow_addr(p), r.page_addr(p), PAGE_SIZE, Wake::Yes)
-                            .is_ok()
-                        {
-                            moved_idx.push(i);
-                        }
+            let mut k = 0;
+            while k < run.len() {
+                let p = first + run[k] as u64;
+                let bytes = (run.len() - k) * PAGE_SIZE;
+                let (done, err) = self.uffd.move_pages_partial(
+                    r.shadow_addr(p),
+                    r.page_addr(p),
+                    bytes,
+                    Wake::Yes,
+                );
+                let n = done / PAGE_SIZE;
+                moved_idx.extend_from_slice(&run[k..k + n]);
+                k += n;
+                if err.is_some() && k < run.len() {
+                    // This page refused to move: shared with a forked child (copy it
+                    // out), or pinned by the program's own O_DIRECT (leave it resident).
+                    if forked && self.copy_out(r, first + run[k] as u64) {
+                        moved_idx.push(run[k]);
                     }
+                    k += 1;
                 }
             }
         }
@@ -236,12 +248,15 @@ impl Engine {
             }
             r.counters.write_requests.fetch_add(1, Relaxed);
             self.writes_inflight.fetch_add(1, Relaxed);
-            ctx.ring.queue(Op::new(
-                OpKind::Write,
-                r.clone(),
-                pages.iter().map(|&i| first + i as u64).collect(),
-                run.start,
-            ));
+            self.queue_io(
+                ctx,
+                Op::new(
+                    OpKind::Write,
+                    r.clone(),
+                    pages.iter().map(|&i| first + i as u64).collect(),
+                    run.start,
+                ),
+            );
         }
         // Swap full (should not happen: regions commit their swap): keep them in RAM.
         for &i in unbacked {
@@ -374,7 +389,7 @@ impl Engine {
                         let mut op2 = Op::new(OpKind::Write, r.clone(), vec![page], s);
                         op2.attempt = 1;
                         self.writes_inflight.fetch_add(1, Relaxed);
-                        ctx.ring.queue(op2);
+                        self.queue_io(ctx, op2);
                     } else {
                         self.restore_page(&r, page);
                         u.set(
@@ -396,6 +411,26 @@ impl Engine {
 }
 
 impl Engine {
+    /// Detach a page that cannot move (shared with a forked process): write-protect
+    /// it so that the program's next write waits, copy it to the shadow, drop it from
+    /// the region. Under the unit's lock.
+    fn copy_out(&self, r: &RegionInner, p: u64) -> bool {
+        let (src, dst) = (r.page_addr(p), r.shadow_addr(p));
+        if self
+            .uffd
+            .write_protect(src, PAGE_SIZE, true, Wake::No)
+            .is_err()
+        {
+            return false;
+        }
+        // SAFETY: both are live pages of this region's mappings; the source is present
+        // and write-protected (nobody changes it now), the shadow page is unused (the
+        // unit lock is held and the page is resident, so its shadow slot is empty).
+        unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, PAGE_SIZE) };
+        self.dontneed(&[(src, PAGE_SIZE)]);
+        true
+    }
+
     /// Put a page held in the shadow back into the region, writable (it stays dirty):
     /// move it, or copy it where it cannot move. Never drops the data.
     pub(crate) fn restore_page(&self, r: &RegionInner, p: u64) {

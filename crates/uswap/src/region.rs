@@ -69,6 +69,7 @@ impl Region {
     }
     /// This region's counters, with the pool's gauges.
     pub fn counters(&self) -> Counters {
+        let _a = self.engine.enter();
         self.engine.with_gauges(self.inner.counters.snapshot())
     }
 }

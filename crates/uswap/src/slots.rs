@@ -269,6 +269,9 @@ struct ClusterState {
     /// A cursor (or the rotational shared cursor) owns this cluster; it is then on
     /// no list, and category changes leave the lists alone until it is released.
     owned: bool,
+    /// Never hand out slots of this cluster again (after fork, another process may
+    /// still read them: see [`SlotAllocator::freeze_below`]). On no list.
+    frozen: bool,
 }
 
 /// One cluster.
@@ -287,6 +290,7 @@ impl Cluster {
                 map: Box::new([]),
                 used: 0,
                 owned: false,
+                frozen: false,
             }),
             used_hint: AtomicU32::new(0),
         }
@@ -405,7 +409,7 @@ impl Inner {
 
     /// Put unowned cluster `c` on the list matching its fill. Caller holds `c`'s lock.
     fn relink(&self, c: u32, g: &ClusterState) {
-        let want = if g.owned {
+        let want = if g.owned || g.frozen {
             ListId::None
         } else {
             category(g.used)
@@ -474,7 +478,7 @@ impl Inner {
             let cl = self.cluster(cand)?;
             let mut g = lock(&cl.state);
             let mut l = lock(&self.lists);
-            if !g.owned && l.on[cand as usize] != ListId::None {
+            if !g.owned && !g.frozen && l.on[cand as usize] != ListId::None {
                 l.unlink(cand);
                 g.owned = true;
                 return Some(cand);
@@ -493,6 +497,11 @@ impl Inner {
     ) -> usize {
         let cbase = u64::from(c) * CLUSTER_SLOTS;
         let r = self.with_cluster(c, |g| {
+            if g.frozen {
+                // Frozen under us by a fork: used up for this cursor.
+                st.next = CS as u32;
+                return 0;
+            }
             let mut got = 0;
             let mut off = st.next as usize;
             while off < CS && got < want {
@@ -547,6 +556,9 @@ impl Inner {
             }
             let cbase = c * CLUSTER_SLOTS;
             self.with_cluster(c as u32, |g| {
+                if g.frozen {
+                    return;
+                }
                 for off in lo..hi {
                     if got == want {
                         break;
@@ -739,6 +751,22 @@ impl SlotAllocator {
         }
     }
 
+    /// Freeze every cluster below `limit` (a slot number): their free slots are never
+    /// handed out again, used ones keep their counts and can still be put. After
+    /// fork, parent and child each allocate from new clusters only, because either
+    /// may still read what the other wrote below the limit.
+    pub fn freeze_below(&self, limit: Slot) {
+        let inner = &*self.inner;
+        let n = (limit / CLUSTER_SLOTS).min(inner.nclusters());
+        for c in 0..n as u32 {
+            if let Some(cl) = inner.cluster(c) {
+                let mut g = lock(&cl.state);
+                g.frozen = true;
+                lock(&inner.lists).unlink(c);
+            }
+        }
+    }
+
     /// New per-thread state. On SSD its next-scan base starts at a random-looking
     /// point of the device (seed 003); on rotational it is only a token.
     pub fn cursor(&self) -> SlotCursor {
@@ -824,7 +852,7 @@ impl SlotAllocator {
             let cl = inner.cluster(cand)?;
             let mut g = lock(&cl.state);
             let mut l = lock(&inner.lists);
-            if g.owned || g.used != 0 || l.on[cand as usize] != ListId::Free {
+            if g.owned || g.frozen || g.used != 0 || l.on[cand as usize] != ListId::Free {
                 continue; // raced with another taker; look again
             }
             l.unlink(cand);
@@ -1525,5 +1553,29 @@ mod tests {
         for policy in [AllocPolicy::Ssd, AllocPolicy::Rotational] {
             stress(policy, 4, 8, 10_000);
         }
+    }
+
+    #[test]
+    fn frozen_clusters_are_never_handed_out_again() {
+        let a = SlotAllocator::new(8 * CLUSTER_SLOTS, AllocPolicy::Ssd);
+        let mut cur = a.cursor();
+        let mut runs = Vec::new();
+        assert_eq!(a.alloc(&mut cur, 100, &mut runs), 100);
+        let first = runs[0].start;
+        a.freeze_below(8 * CLUSTER_SLOTS);
+        a.grow(16 * CLUSTER_SLOTS);
+        let mut more = Vec::new();
+        assert_eq!(a.alloc(&mut cur, 600, &mut more), 600);
+        assert!(
+            more.iter().all(|r| r.start >= 8 * CLUSTER_SLOTS),
+            "{more:?}"
+        );
+        let c = a.alloc_cluster(&mut cur).unwrap();
+        assert!(c >= 8 * CLUSTER_SLOTS);
+        // Frozen slots can still be put (their owner drops them) but never return.
+        assert!(a.put(first));
+        let mut again = Vec::new();
+        a.alloc(&mut cur, 2000, &mut again);
+        assert!(again.iter().all(|r| r.start >= 8 * CLUSTER_SLOTS));
     }
 }

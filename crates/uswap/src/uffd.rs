@@ -271,7 +271,8 @@ impl Uffd {
     }
 
     /// Copy `len` bytes from `src` into the missing range at `dst`; `wp` maps it
-    /// write-protected (clean). EEXIST (already mapped) is reported as Ok.
+    /// write-protected (clean). Pages already mapped (EEXIST) are skipped, not
+    /// overwritten: they hold what a racing mapping put there.
     pub fn copy(
         &self,
         dst: usize,
@@ -284,43 +285,52 @@ impl Uffd {
         if wake == Wake::No {
             mode |= COPY_MODE_DONTWAKE;
         }
-        loop {
+        let mut done = 0usize;
+        while done < len {
             let mut c = UffdioCopy {
-                dst: dst as u64,
-                src: src as u64,
-                len: len as u64,
+                dst: (dst + done) as u64,
+                src: src.wrapping_add(done) as u64,
+                len: (len - done) as u64,
                 mode,
                 copy: 0,
             };
             match ioctl(self.raw(), UFFDIO_COPY, &mut c) {
                 Ok(()) => return Ok(()),
-                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
-                    // Partial copy (or the mm is changing): continue after what was done.
-                    if c.copy > 0 && (c.copy as usize) < len {
-                        return self.copy(
-                            dst + c.copy as usize,
-                            src.wrapping_add(c.copy as usize),
-                            len - c.copy as usize,
-                            wp,
-                            wake,
-                        );
+                Err(e) => {
+                    let progress = c.copy.max(0) as usize;
+                    match e.raw_os_error() {
+                        Some(libc::EAGAIN) => {
+                            if progress == 0 {
+                                std::thread::yield_now();
+                            }
+                            done += progress;
+                        }
+                        Some(libc::EEXIST) => {
+                            // Copied up to an already mapped page: skip that page.
+                            done += progress + crate::PAGE_SIZE;
+                            if wake == Wake::Yes {
+                                self.wake(dst + done - crate::PAGE_SIZE, crate::PAGE_SIZE)?;
+                            }
+                        }
+                        _ => return Err(e),
                     }
-                    std::thread::yield_now();
                 }
-                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
-                    if wake == Wake::Yes {
-                        self.wake(dst, len)?;
-                    }
-                    return Ok(());
-                }
-                Err(e) => return Err(e),
             }
         }
+        Ok(())
     }
 
     /// Move pages from `src` to `dst` without copying (both private anonymous, `dst`
-    /// registered). Holes in `src` are skipped. Returns bytes moved.
-    pub fn move_pages(&self, dst: usize, src: usize, len: usize, wake: Wake) -> io::Result<usize> {
+    /// registered). Holes in `src` are skipped. Returns the bytes handled before an
+    /// error, and the error: the page at `src + done` is the one that refused (not
+    /// exclusive after fork, pinned, or `dst` not empty).
+    pub fn move_pages_partial(
+        &self,
+        dst: usize,
+        src: usize,
+        len: usize,
+        wake: Wake,
+    ) -> (usize, Option<io::Error>) {
         let mut mode = MOVE_MODE_ALLOW_SRC_HOLES;
         if wake == Wake::No {
             mode |= MOVE_MODE_DONTWAKE;
@@ -335,18 +345,29 @@ impl Uffd {
                 moved: 0,
             };
             match ioctl(self.raw(), UFFDIO_MOVE, &mut m) {
-                Ok(()) => return Ok(len),
-                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
-                    if m.moved > 0 {
-                        done += m.moved as usize;
-                    } else {
-                        std::thread::yield_now();
+                Ok(()) => return (len, None),
+                Err(e) => {
+                    done += m.moved.max(0) as usize;
+                    if e.raw_os_error() == Some(libc::EAGAIN) {
+                        if m.moved <= 0 {
+                            std::thread::yield_now();
+                        }
+                        continue;
                     }
+                    return (done, Some(e));
                 }
-                Err(e) => return Err(e),
             }
         }
-        Ok(done)
+        (done, None)
+    }
+
+    /// Move pages from `src` to `dst` without copying; all or an error (the caller
+    /// must not assume nothing moved on error: see [`Uffd::move_pages_partial`]).
+    pub fn move_pages(&self, dst: usize, src: usize, len: usize, wake: Wake) -> io::Result<usize> {
+        match self.move_pages_partial(dst, src, len, wake) {
+            (n, None) => Ok(n),
+            (_, Some(e)) => Err(e),
+        }
     }
 
     /// Set (`protect`) or clear write protection on a present range. Clearing wakes

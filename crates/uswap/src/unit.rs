@@ -170,7 +170,7 @@ impl Engine {
             op.unit_read = true;
             u.unit_reads += 1;
             r.counters.read_requests.fetch_add(1, Relaxed);
-            ctx.ring.queue(op);
+            self.queue_io(ctx, op);
             a = b;
         }
         r.last_whole_unit.store(first / UNIT_PAGES as u64, Relaxed);
@@ -188,14 +188,18 @@ impl Engine {
         mut write: bool,
     ) {
         let (dst, src) = (r.page_addr(first), r.shadow_addr(first));
-        let moved = self.uffd.move_pages(dst, src, UNIT_SIZE, Wake::No).is_ok();
-        if !moved {
-            // Should not happen (dst empty, src exclusive): copy instead, never lose data.
-            let _ = self
+        if self.uffd.move_pages(dst, src, UNIT_SIZE, Wake::No).is_err() {
+            // Shadow pages shared with a forked process do not move: copy the rest
+            // (pages already moved are skipped), never lose data.
+            if let Err(e) = self
                 .uffd
-                .copy(dst, src as *const u8, UNIT_SIZE, !write, Wake::No);
+                .copy(dst, src as *const u8, UNIT_SIZE, false, Wake::No)
+            {
+                eprintln!("uswap: swap-in of a unit of region {} failed: {e}", r.id);
+            }
             self.dontneed(&[(src, UNIT_SIZE)]);
-        } else if !write
+        }
+        if !write
             && self
                 .uffd
                 .write_protect(dst, UNIT_SIZE, true, Wake::No)
@@ -235,7 +239,7 @@ impl Engine {
             r.counters.io_errors.fetch_add(1, Relaxed);
             if op.attempt < 2 {
                 op.attempt += 1;
-                ctx.ring.queue(op);
+                self.queue_io(ctx, op);
                 return;
             }
         }
@@ -358,12 +362,15 @@ impl Engine {
         r.counters.write_requests.fetch_add(1, Relaxed);
         r.counters.thp_swpout.fetch_add(1, Relaxed);
         self.writes_inflight.fetch_add(1, Relaxed);
-        ctx.ring.queue(Op::new(
-            OpKind::Write,
-            r.clone(),
-            (first..first + UNIT_PAGES as u64).collect(),
-            base,
-        ));
+        self.queue_io(
+            ctx,
+            Op::new(
+                OpKind::Write,
+                r.clone(),
+                (first..first + UNIT_PAGES as u64).collect(),
+                base,
+            ),
+        );
         true
     }
 

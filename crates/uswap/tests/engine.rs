@@ -5,7 +5,8 @@
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::sync::atomic::Ordering::Relaxed;
 use uswap::{
-    Error, FaultInjection, Pool, ReadaheadPolicy, RegionOptions, StaleSlotPolicy, PAGE_SIZE,
+    Error, FaultInjection, Pool, ReadaheadPolicy, RegionOptions, StaleSlotPolicy, UnitPolicy,
+    PAGE_SIZE,
 };
 
 const MIB: u64 = 1 << 20;
@@ -208,7 +209,7 @@ fn readahead_policies_are_exact() {
                 64 * MIB,
                 RegionOptions {
                     readahead: Some(ra),
-                    ..Default::default()
+                    unit: Some(UnitPolicy::Small),
                 },
             )
             .unwrap();

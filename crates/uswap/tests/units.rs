@@ -3,7 +3,7 @@
 //! swap-in.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use uswap::{Pool, RegionOptions, UnitPolicy};
+use uswap::{Pool, RegionOptions, StaleSlotPolicy, UnitPolicy};
 
 const MIB: u64 = 1 << 20;
 
@@ -68,35 +68,43 @@ fn huge_and_small_regions_in_one_pool_are_exact() {
 
 #[test]
 fn fragmented_swap_falls_back_and_stays_exact() {
-    // Swap exactly as large as the regions: 4 KiB regions written randomly take
-    // slots from many clusters, then the 2 MiB region finds no whole free cluster.
+    // The swap file holds exactly the two regions. The 4 KiB region fills 40 of its
+    // 48 clusters, the 2 MiB region the other 8; then every other 4 KiB page is
+    // discarded: plenty of free slots, but in no cluster wholly free. Stale copies are
+    // kept until reclaim, so a rewritten unit cannot get its own cluster back either:
+    // its next swap-out must fall back to 4 KiB slots, and the data must stay exact.
     let p = Pool::builder()
         .budget(16 * MIB)
         .swap_size(96 * MIB)
+        .stale_slot_policy(StaleSlotPolicy::KeepUntilReclaim)
         .build()
         .unwrap();
-    let small = p.region_with(64 * MIB, opts(UnitPolicy::Small)).unwrap();
-    let huge = p.region_with(32 * MIB, opts(UnitPolicy::Huge)).unwrap();
-    // Scatter small-page writes so that evictions take slots all over the file.
-    let words = small.as_words();
-    let pages = words.len() / 512;
-    let mut x = 1u64;
-    for round in 0..3 {
-        for _ in 0..pages {
-            x = mix(x);
-            let pg = (x as usize) % pages;
-            words[pg * 512].store(mix(pg as u64 + round), Relaxed);
-        }
-    }
+    let small = p.region_with(80 * MIB, opts(UnitPolicy::Small)).unwrap();
+    let huge = p.region_with(16 * MIB, opts(UnitPolicy::Huge)).unwrap();
+    fill(small.as_words(), 4);
     fill(huge.as_words(), 5);
-    check(huge.as_words(), 5, "huge under fragmentation");
+    fill(&small.as_words()[..2 * 512], 4); // push the last of the 2 MiB units out
+    for page in (0..small.len() / 4096).step_by(2) {
+        small.discard(page * 4096, 4096).unwrap();
+    }
     fill(huge.as_words(), 6);
-    check(huge.as_words(), 6, "huge under fragmentation, pass 2");
+    fill(&small.as_words()[..2 * 512], 4);
+    check(huge.as_words(), 6, "huge under fragmentation");
     let c = huge.counters();
     assert!(
         c.thp_swpout_fallback > 0,
         "no fallback with a fragmented swap file: {c:?}"
     );
+    for (i, w) in small.as_words().iter().enumerate() {
+        let page = i / 512;
+        // Pages 0 and 1 were written again after the discard.
+        let want = if page % 2 == 0 && page >= 2 {
+            0
+        } else {
+            mix(4 ^ i as u64)
+        };
+        assert_eq!(w.load(Relaxed), want, "small: word {i} (page {page})");
+    }
 }
 
 fn anon_huge_kb(addr: usize, len: usize) -> Option<u64> {

@@ -1,0 +1,364 @@
+//! `uswap run` end to end: real programs (C, python3, sh) run under uswap with a budget
+//! 4x smaller than their working set; their output must match a plain run and their
+//! peak RSS must stay under budget + 64 MiB.
+//!
+//! `cargo test` does not build the cdylib of another package, so the first test that
+//! needs `libuswap_preload.so` runs `cargo build -p uswap-preload` itself, with the same
+//! profile and target directory as this test, which puts the library next to the
+//! `uswap` binary where `uswap run` looks for it. The C programs are compiled with `cc`
+//! into CARGO_TARGET_TMPDIR. Needs userfaultfd (root or vm.unprivileged_userfaultfd=1).
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+/// What a program may have resident beyond the budget (its own code, heap, stacks, and
+/// the engine's threads).
+const ALLOWANCE: u64 = 64 * MIB;
+
+fn uswap_exe() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_uswap"))
+}
+
+/// Build libuswap_preload.so next to the `uswap` binary (once per test process).
+fn preload() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let profile_dir = uswap_exe().parent().expect("profile dir");
+        let target_dir = profile_dir.parent().expect("target dir");
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(["build", "--quiet", "-p", "uswap-preload", "--target-dir"])
+            .arg(target_dir)
+            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        match profile_dir.file_name().and_then(|n| n.to_str()) {
+            Some("debug") => {}
+            Some("release") => {
+                cmd.arg("--release");
+            }
+            Some(other) => {
+                cmd.args(["--profile", other]);
+            }
+            None => {}
+        }
+        let st = cmd.status().expect("run cargo build -p uswap-preload");
+        assert!(st.success(), "cargo build -p uswap-preload failed");
+        let lib = profile_dir.join("libuswap_preload.so");
+        assert!(lib.is_file(), "{} missing after the build", lib.display());
+        lib
+    })
+}
+
+fn tmpdir() -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("uswap-run-tests");
+    std::fs::create_dir_all(&d).expect("tmp dir");
+    d
+}
+
+/// Compile tests/progs/NAME.c (once per test process).
+fn cprog(name: &str) -> PathBuf {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _g = LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/progs")
+        .join(format!("{name}.c"));
+    let out = tmpdir().join(format!("{name}-{}", std::process::id()));
+    if !out.exists() {
+        let st = Command::new("cc")
+            .args(["-O2", "-pthread", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .status()
+            .expect("run cc");
+        assert!(st.success(), "cc {} failed", src.display());
+    }
+    out
+}
+
+/// Run with a deadline; kill and fail on a hang.
+fn run_with_deadline(mut cmd: Command, secs: u64) -> Output {
+    use std::os::unix::process::CommandExt;
+    // Own process group, so that a hung forked child is killed with its parent.
+    let child = cmd
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let pid = child.id();
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    loop {
+        if let Ok(out) = rx.try_recv() {
+            return out.expect("wait");
+        }
+        if Instant::now() > deadline {
+            // kill(1) by the pid of the child this test started.
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            panic!("{cmd:?} did not finish in {secs} s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `uswap run --budget B --stats=FILE [extra] -- prog args`: (output, stats lines).
+fn under_uswap(budget: &str, extra: &[&str], prog: &[&str]) -> (Output, Vec<Value>) {
+    let lib = preload();
+    let stats = tmpdir().join(format!(
+        "stats-{}-{}.jsonl",
+        std::process::id(),
+        prog[0].rsplit('/').next().unwrap_or("p")
+    ));
+    let mut cmd = Command::new(uswap_exe());
+    cmd.env("USWAP_PRELOAD", lib)
+        .args(["run", "--budget", budget])
+        .arg(format!("--stats={}", stats.display()))
+        .args(extra)
+        .arg("--")
+        .args(prog);
+    let out = run_with_deadline(cmd, 240);
+    let lines = std::fs::read_to_string(&stats)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|v| v["uswap_stats"].clone())
+        .collect();
+    (out, lines)
+}
+
+fn plain(prog: &[&str]) -> Output {
+    let mut cmd = Command::new(prog[0]);
+    cmd.args(&prog[1..]);
+    run_with_deadline(cmd, 240)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn assert_ok(out: &Output, what: &str) {
+    assert!(
+        out.status.success(),
+        "{what}: {:?}\nstdout: {}\nstderr: {}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}
+
+/// The stats line of the root process: it really used uswap, swapped, and kept its
+/// peak RSS under budget + allowance.
+fn check_stats(stats: &[Value], budget: u64, min_regions: u64) -> &Value {
+    let s = stats
+        .iter()
+        .find(|s| s["active"] == true)
+        .unwrap_or_else(|| panic!("no stats line of a process that used uswap: {stats:?}"));
+    let c = &s["counters"];
+    assert!(
+        s["regions_created"].as_u64().unwrap() >= min_regions,
+        "too few regions: {s}"
+    );
+    assert!(
+        c["pswpout"].as_u64().unwrap() > 0,
+        "nothing swapped out: {s}"
+    );
+    assert!(c["pswpin"].as_u64().unwrap() > 0, "nothing swapped in: {s}");
+    assert!(
+        s["peak_used_bytes"].as_u64().unwrap() <= budget,
+        "engine over budget: {s}"
+    );
+    let hwm = s["vm_hwm_bytes"].as_u64().unwrap();
+    assert!(
+        hwm <= budget + ALLOWANCE,
+        "peak RSS {hwm} over budget {budget} + {ALLOWANCE}: {s}"
+    );
+    s
+}
+
+#[test]
+fn c_malloc_realloc_free_matches_plain_run() {
+    let prog = cprog("mal");
+    let p = prog.to_str().unwrap();
+    let want = plain(&[p]);
+    assert_ok(&want, "plain run");
+    let (out, stats) = under_uswap("48M", &[], &[p]);
+    assert_ok(&out, "under uswap");
+    assert_eq!(text(&out.stdout), text(&want.stdout));
+    assert!(text(&out.stdout).starts_with("checksum "));
+    let s = check_stats(&stats, 48 * MIB, 12);
+    assert!(s["malloc_blocks"].as_u64().unwrap() >= 12, "{s}");
+    assert_eq!(
+        s["live_regions"].as_u64().unwrap(),
+        0,
+        "blocks not freed: {s}"
+    );
+}
+
+#[test]
+fn python_bytearray_256m() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/progs/fill.py");
+    let sc = script.to_str().unwrap();
+    let want = plain(&["python3", sc]);
+    assert_ok(&want, "plain python3");
+    let (out, stats) = under_uswap("64M", &[], &["python3", sc]);
+    assert_ok(&out, "python3 under uswap");
+    assert_eq!(text(&out.stdout), text(&want.stdout));
+    assert!(text(&out.stdout).starts_with("ok "));
+    check_stats(&stats, 64 * MIB, 1);
+}
+
+#[test]
+fn mmap_munmap_mremap_madvise_mprotect() {
+    let prog = cprog("maps");
+    let p = prog.to_str().unwrap();
+    let want = plain(&[p]);
+    assert_ok(&want, "plain run");
+    let (out, stats) = under_uswap("16M", &[], &[p]);
+    assert_ok(&out, "under uswap");
+    assert_eq!(text(&out.stdout), text(&want.stdout));
+    let s = check_stats(&stats, 16 * MIB, 4);
+    assert!(s["mmap_regions"].as_u64().unwrap() >= 4, "{s}");
+    assert_eq!(s["live_regions"].as_u64().unwrap(), 0, "{s}");
+}
+
+#[test]
+fn four_threads_each_with_its_block() {
+    let prog = cprog("thr");
+    let (out, stats) = under_uswap("32M", &[], &[prog.to_str().unwrap()]);
+    assert_ok(&out, "under uswap");
+    assert_eq!(text(&out.stdout), "threads ok\n");
+    check_stats(&stats, 32 * MIB, 4);
+}
+
+#[test]
+fn fork_then_exec_in_the_child() {
+    let prog = cprog("forkexec");
+    let (out, stats) = under_uswap("24M", &[], &[prog.to_str().unwrap()]);
+    assert_ok(&out, "under uswap");
+    assert_eq!(text(&out.stdout), "child exit 3\n");
+    check_stats(&stats, 24 * MIB, 1);
+}
+
+// Parent and child both read and write pre-fork data, much of it swapped out at the
+// moment of fork (the engine's fork hooks: crates/uswap/src/fork.rs).
+#[test]
+fn fork_child_and_parent_see_their_own_copy() {
+    let prog = cprog("fork");
+    let (out, stats) = under_uswap("48M", &[], &[prog.to_str().unwrap()]);
+    assert_ok(&out, "under uswap");
+    let o = text(&out.stdout);
+    assert!(o.contains("child ok") && o.contains("fork ok"), "{o}");
+    check_stats(&stats, 48 * MIB, 1);
+}
+
+#[test]
+fn threshold_keeps_smaller_blocks_out() {
+    let prog = cprog("mal");
+    let p = prog.to_str().unwrap();
+    let (out, stats) = under_uswap("1G", &["--threshold", "64M"], &[p]);
+    assert_ok(&out, "under uswap");
+    assert_eq!(text(&out.stdout), text(&plain(&[p]).stdout));
+    let s = &stats[0];
+    assert_eq!(s["malloc_blocks"].as_u64(), Some(0), "{s}");
+}
+
+#[test]
+fn programs_uswap_cannot_help_run_unchanged() {
+    // Exit status passes through.
+    let (out, _) = under_uswap("256M", &[], &["sh", "-c", "exit 7"]);
+    assert_eq!(out.status.code(), Some(7), "{}", text(&out.stderr));
+    // Signals: the program is exec'd, so its death by signal is uswap run's.
+    let (out, _) = under_uswap("256M", &[], &["sh", "-c", "kill -TERM $$"]);
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(libc::SIGTERM));
+    // Tiny allocations, output unchanged, nothing put under uswap.
+    let py = [
+        "python3",
+        "-c",
+        "import sys; print(sum(range(10**5))); print('err', file=sys.stderr)",
+    ];
+    let (out, stats) = under_uswap("256M", &[], &py);
+    assert_ok(&out, "python3 -c");
+    assert_eq!(text(&out.stdout), text(&plain(&py).stdout));
+    assert_eq!(text(&out.stderr), "err\n");
+    assert!(stats
+        .iter()
+        .all(|s| s["regions_created"].as_u64().unwrap_or(0) <= 8));
+    // A budget larger than needed: same output as a plain run.
+    let prog = cprog("mal");
+    let p = prog.to_str().unwrap();
+    let (out, stats) = under_uswap("1G", &[], &[p]);
+    assert_ok(&out, "large budget");
+    assert_eq!(text(&out.stdout), text(&plain(&[p]).stdout));
+    assert_eq!(stats[0]["counters"]["pswpout"].as_u64(), Some(0));
+    // stdin passes through.
+    let mut cmd = Command::new(uswap_exe());
+    cmd.env("USWAP_PRELOAD", preload())
+        .args(["run", "--", "cat"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn");
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(b"hello\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(text(&out.stdout), "hello\n");
+}
+
+#[test]
+fn stats_to_stderr() {
+    let mut cmd = Command::new(uswap_exe());
+    cmd.env("USWAP_PRELOAD", preload())
+        .args(["run", "--budget", "64M", "--stats", "--", "true"]);
+    let out = run_with_deadline(cmd, 60);
+    assert_ok(&out, "uswap run --stats -- true");
+    let err = text(&out.stderr);
+    let line = err.lines().find(|l| l.contains("uswap_stats")).expect(&err);
+    let v: Value = serde_json::from_str(line).expect("stats line is JSON");
+    assert_eq!(v["uswap_stats"]["budget"].as_u64(), Some(64 * MIB));
+}
+
+#[test]
+fn bad_input_is_refused() {
+    let lib = preload();
+    let run = |args: &[&str]| {
+        Command::new(uswap_exe())
+            .env("USWAP_PRELOAD", lib)
+            .args(args)
+            .output()
+            .expect("run uswap")
+    };
+    for budget in ["0", "xyz", "1M", "-5M"] {
+        let out = run(&["run", "--budget", budget, "--", "true"]);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "budget {budget}: {}",
+            text(&out.stderr)
+        );
+        assert!(!out.stderr.is_empty());
+    }
+    let out = run(&["run", "--", "/nonexistent/program"]);
+    assert_eq!(out.status.code(), Some(127));
+    assert!(
+        text(&out.stderr).contains("command not found"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = run(&["run", "--budget", "64M"]);
+    assert_eq!(out.status.code(), Some(2), "no program");
+    let out = Command::new(uswap_exe())
+        .env("USWAP_PRELOAD", "/nonexistent/lib.so")
+        .args(["run", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("USWAP_PRELOAD"));
+}

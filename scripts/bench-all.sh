@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Runs every benchmark that docs/benchmarks.md reports, in one sitting, and keeps the
+# raw JSON (last line of each command) in $OUT (default docs/bench-data). Needs root
+# (cgroups, kernel swap for --against). Render with scripts/render-benchmarks.py.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-docs/bench-data}
+SIZE=${SIZE:-2G}
+BUDGET=${BUDGET:-256M}
+REPEAT=${REPEAT:-3}
+DUR=${DUR:-10s}
+ASIZE=${ASIZE:-1G}
+mkdir -p "$OUT"
+cargo build --release -q --bin uswap
+U=./target/release/uswap
+log() { echo "[$(date +%T)] $*" >&2; }
+run() { # name, command...
+  local name=$1; shift
+  log "$name: $*"
+  "$@" > "$OUT/$name.out" 2> "$OUT/$name.err"
+  local rc=$?
+  tail -n 1 "$OUT/$name.out" > "$OUT/$name.json"
+  echo "$* (rc=$rc)" > "$OUT/$name.cmd"
+  [ $rc = 0 ] || log "  FAILED rc=$rc (see $OUT/$name.err)"
+}
+fio_run() { # name, rw, bs, iodepth
+  local f=${TMPDIR:-/var/tmp}/uswap-fio.$$
+  log "fio $1"
+  fio --name="$1" --filename="$f" --size=2G --rw="$2" --bs="$3" --iodepth="$4" \
+      --ioengine=io_uring --direct=1 --runtime=15 --time_based --output-format=json > "$OUT/fio-$1.json" 2>/dev/null
+  rm -f "$f"
+}
+SECTIONS=${SECTIONS:-"disk core units readahead against"}
+for s in $SECTIONS; do case $s in
+disk)
+  fio_run seqwrite write 2M 4
+  fio_run seqread read 2M 4
+  fio_run randread4k randread 4k 1
+  ;;
+core)
+  for w in swap-w-seq pmbench seq-read; do
+    run "core-$w" $U bench $w --size $SIZE --budget $BUDGET --duration $DUR --json
+    run "core-$w-memcg" $U bench $w --size $SIZE --budget $BUDGET --duration $DUR --json --cgroup-limit $(( $(numfmt --from=iec $BUDGET) + 64*1024*1024 ))
+  done
+  ;;
+units)
+  for u in 4k 2m auto; do
+    run "units-swap-w-seq-$u" $U bench swap-w-seq --size $SIZE --budget $BUDGET --unit $u --json
+    run "units-seq-read-$u" $U bench seq-read --size $SIZE --budget $BUDGET --unit $u --json
+  done
+  ;;
+readahead)
+  for ra in vma cluster; do
+    run "ra-combined-$ra" $U bench combined --size 1G --budget $BUDGET --unit 4k --readahead $ra --ra-stream off --threads 1 --bg-threads 1 --duration 20s --json
+  done
+  for ra in vma off; do
+    run "ra-seq-read-$ra" $U bench seq-read --size 1G --budget $BUDGET --unit 4k --readahead $ra --ra-stream off --json
+  done
+  run "ra-seq-read-vma-stream" $U bench seq-read --size 1G --budget $BUDGET --unit 4k --readahead vma --ra-stream on --json
+  ;;
+against)
+  for back in kernel zram; do for u in 4k 2m; do for w in swap-w-seq pmbench seq-read swap-w-rand; do
+    run "against-$back-$u-$w" $U bench $w --size $ASIZE --budget $BUDGET --unit $u --duration $DUR --against $back --repeat $REPEAT --json --plot "$OUT/against-$back-$u-$w.png"
+  done; done; done
+  ;;
+esac; done
+log "done"
