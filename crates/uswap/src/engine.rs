@@ -545,6 +545,19 @@ impl Engine {
         }
     }
 
+    /// After a region's metadata joined the budget: wait until reclaim brought usage
+    /// back under the limit (bounded). Called outside `enter` (it waits on the
+    /// reclaim thread, which a pending fork would hold back).
+    pub(crate) fn wait_for_room(&self) {
+        let t = std::time::Instant::now();
+        while self.usage_pages() > self.limit_pages()
+            && t.elapsed() < std::time::Duration::from_secs(10)
+        {
+            self.wake_kswapd();
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+    }
+
     /// The backend.
     pub(crate) fn swap(&self) -> std::sync::RwLockReadGuard<'_, SwapFile> {
         self.swap.read().unwrap_or_else(|p| p.into_inner())

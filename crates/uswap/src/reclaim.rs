@@ -117,6 +117,8 @@ impl Engine {
             let mut u = unit.lock();
             unit.on_lru.store(false, Relaxed);
             moved += self.evict_unit(ctx, &r, ui, &mut u);
+            // Pages that could not leave (pinned) keep the unit on the list.
+            self.lru_add(&r, (ui * UNIT_PAGES) as u64, &u);
         }
         moved
     }
@@ -153,10 +155,13 @@ impl Engine {
                 let n = done / PAGE_SIZE;
                 moved_idx.extend_from_slice(&run[k..k + n]);
                 k += n;
-                if err.is_some() && k < run.len() {
-                    // This page refused to move: shared with a forked child (copy it
-                    // out), or pinned by the program's own O_DIRECT (leave it resident).
-                    if forked && self.copy_out(r, first + run[k] as u64) {
+                if let Some(e) = err.filter(|_| k < run.len()) {
+                    // This page refused to move. EBUSY: pinned by the program's own
+                    // O_DIRECT (leave it resident) or, after a fork, shared with the
+                    // other process (copy it out). Anything else (a range the program
+                    // mprotect'ed differs from the shadow): copy it out.
+                    let pinned = e.raw_os_error() == Some(libc::EBUSY) && !forked;
+                    if !pinned && self.copy_out(r, first + run[k] as u64) {
                         moved_idx.push(run[k]);
                     }
                     k += 1;
