@@ -527,8 +527,8 @@ impl Engine {
                                 },
                             );
                             u.resident += 1;
-                            self.resident.fetch_add(1, Relaxed);
                             self.cached.fetch_sub(1, Relaxed);
+                            self.resident.fetch_add(1, Relaxed);
                         }
                         _ => {}
                     },

@@ -357,8 +357,9 @@ impl Engine {
             u.set(i + k, state);
         }
         u.resident += n as u32;
-        self.resident.fetch_add(n as i64, Relaxed);
+        // Release before charging: a concurrent peak reading must never count a page twice.
         self.cached.fetch_sub(n as i64, Relaxed);
+        self.resident.fetch_add(n as i64, Relaxed);
     }
 
     /// First write to a clean page: it becomes dirty, and its slot is stale.

@@ -405,8 +405,8 @@ impl Engine {
                             },
                         );
                         u.resident += 1;
-                        self.resident.fetch_add(1, Relaxed);
                         self.cached.fetch_sub(1, Relaxed);
+                        self.resident.fetch_add(1, Relaxed);
                         self.lru_add(&r, page, &u);
                     }
                 }

@@ -225,8 +225,8 @@ impl Engine {
             u.set(i, state);
         }
         u.resident = UNIT_PAGES as u32;
-        self.resident.fetch_add(UNIT_PAGES as i64, Relaxed);
         self.cached.fetch_sub(UNIT_PAGES as i64, Relaxed);
+        self.resident.fetch_add(UNIT_PAGES as i64, Relaxed);
         r.counters.thp_swpin.fetch_add(1, Relaxed);
         self.lru_add(r, first, u);
     }
