@@ -9,7 +9,8 @@ SIZE=${SIZE:-2G}
 BUDGET=${BUDGET:-256M}
 REPEAT=${REPEAT:-3}
 DUR=${DUR:-10s}
-ASIZE=${ASIZE:-1G}
+ASIZE=${ASIZE:-512M}
+ABUDGET=${ABUDGET:-128M}
 mkdir -p "$OUT"
 cargo build --release -q --bin uswap
 U=./target/release/uswap
@@ -59,9 +60,13 @@ readahead)
   run "ra-seq-read-vma-stream" $U bench seq-read --size 1G --budget $BUDGET --unit 4k --readahead vma --ra-stream on --json
   ;;
 against)
-  for back in kernel zram; do for u in 4k 2m; do for w in swap-w-seq pmbench seq-read swap-w-rand; do
-    run "against-$back-$u-$w" $U bench $w --size $ASIZE --budget $BUDGET --unit $u --duration $DUR --against $back --repeat $REPEAT --json --plot "$OUT/against-$back-$u-$w.png"
-  done; done; done
+  # Kernel swap file: every workload x {4k, 2m}; zram: the headline pair.
+  for u in 4k 2m; do for w in swap-w-seq pmbench seq-read; do
+    run "against-kernel-$u-$w" $U bench $w --size $ASIZE --budget $ABUDGET --unit $u --duration $DUR --against kernel --repeat $REPEAT --json --plot "$OUT/against-kernel-$u-$w.png"
+  done; done
+  for w in swap-w-seq pmbench; do
+    run "against-zram-4k-$w" $U bench $w --size $ASIZE --budget $ABUDGET --unit 4k --duration $DUR --against zram --repeat $REPEAT --json --plot "$OUT/against-zram-4k-$w.png"
+  done
   ;;
 esac; done
 log "done"

@@ -643,7 +643,7 @@ impl Engine {
             .by_id
             .values()
         {
-            c = add_counters(&c, &r.counters.snapshot());
+            c = c.plus(&r.counters.snapshot());
         }
         self.with_gauges(c)
     }
@@ -858,7 +858,7 @@ impl Engine {
         *self.committed.lock().unwrap_or_else(|p| p.into_inner()) -= r.len as u64;
         self.metadata.fetch_sub(r.metadata_bytes, Relaxed);
         let mut ret = self.retired.lock().unwrap_or_else(|p| p.into_inner());
-        *ret = add_counters(&ret, &r.counters.snapshot());
+        *ret = ret.plus(&r.counters.snapshot());
     }
 
     // ---- memory ops -------------------------------------------------------------
@@ -992,33 +992,6 @@ fn fs_size(swap: &SwapFile) -> Option<u64> {
     // SAFETY: fstatfs fills a live statfs struct for an fd we own.
     let r = unsafe { libc::fstatfs(swap.raw(), &mut st) };
     (r == 0).then(|| st.f_blocks * st.f_bsize as u64)
-}
-
-fn add_counters(a: &Counters, b: &Counters) -> Counters {
-    let mut out = *a;
-    macro_rules! add { ($($f:ident),*) => { $(out.$f = a.$f + b.$f;)* } }
-    add!(
-        pswpin,
-        pswpout,
-        swap_ra,
-        swap_ra_hit,
-        thp_swpout,
-        thp_swpout_fallback,
-        thp_swpin,
-        thp_swpin_fallback,
-        majflt,
-        minflt,
-        swapcache_hit,
-        wpflt,
-        stale_slot_freed,
-        clean_evicted,
-        evicted,
-        io_errors,
-        write_requests,
-        read_requests,
-        direct_reclaim
-    );
-    out
 }
 
 /// Per-thread state: its ring, its slot cursor, its fault message buffer.

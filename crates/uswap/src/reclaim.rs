@@ -235,21 +235,7 @@ impl Engine {
             let pages: Vec<usize> = to_write[next..next + run.len as usize].to_vec();
             next += run.len as usize;
             for (k, &i) in pages.iter().enumerate() {
-                let (p, s) = (first + i as u64, run.start + k as Slot);
-                let e = Entry {
-                    owner: Owner {
-                        region: r.id,
-                        page: p,
-                    },
-                    state: CacheState::Writing,
-                    readahead: false,
-                    waiters: false,
-                    write: false,
-                };
-                self.cache.insert(s, e);
-                self.slots.set_cache(s);
-                self.owners.set(s, r.id, p);
-                u.set(i, PageState::Swapped(s));
+                self.start_writeback(r, u, first + i as u64, run.start + k as Slot);
             }
             r.counters.write_requests.fetch_add(1, Relaxed);
             self.writes_inflight.fetch_add(1, Relaxed);
@@ -416,6 +402,26 @@ impl Engine {
 }
 
 impl Engine {
+    /// Page `p` (in the shadow now, unit lock held) is to be written to slot `s`:
+    /// the swap cache holds it as `Writing` until the write completes.
+    pub(crate) fn start_writeback(&self, r: &RegionInner, u: &mut UnitPages, p: u64, s: Slot) {
+        let owner = Owner {
+            region: r.id,
+            page: p,
+        };
+        let e = Entry {
+            owner,
+            state: CacheState::Writing,
+            readahead: false,
+            waiters: false,
+            write: false,
+        };
+        self.cache.insert(s, e);
+        self.slots.set_cache(s);
+        self.owners.set(s, r.id, p);
+        u.set(p as usize % UNIT_PAGES, PageState::Swapped(s));
+    }
+
     /// Detach a page that cannot move (shared with a forked process): write-protect
     /// it so that the program's next write waits, copy it to the shadow, drop it from
     /// the region. Under the unit's lock.

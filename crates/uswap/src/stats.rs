@@ -36,6 +36,11 @@ macro_rules! counters {
         }
 
         impl Counters {
+            /// Field-wise sum of the event counters (gauges kept from self).
+            pub fn plus(&self, other: &Counters) -> Counters {
+                Counters { $($name: self.$name + other.$name,)* ..*self }
+            }
+
             /// Field-wise difference `self - earlier` of the event counters (gauges kept from self).
             pub fn since(&self, earlier: &Counters) -> Counters {
                 Counters { $($name: self.$name.saturating_sub(earlier.$name),)* ..*self }

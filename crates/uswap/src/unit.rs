@@ -343,21 +343,7 @@ impl Engine {
                 self.slots.put(old);
                 r.counters.stale_slot_freed.fetch_add(1, Relaxed);
             }
-            let (p, s) = (first + i as u64, base + i as u64);
-            let e = Entry {
-                owner: Owner {
-                    region: r.id,
-                    page: p,
-                },
-                state: CacheState::Writing,
-                readahead: false,
-                waiters: false,
-                write: false,
-            };
-            self.cache.insert(s, e);
-            self.slots.set_cache(s);
-            self.owners.set(s, r.id, p);
-            u.set(i, PageState::Swapped(s));
+            self.start_writeback(r, u, first + i as u64, base + i as u64);
         }
         r.counters.write_requests.fetch_add(1, Relaxed);
         r.counters.thp_swpout.fetch_add(1, Relaxed);
