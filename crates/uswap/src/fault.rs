@@ -342,24 +342,32 @@ impl Engine {
         self.dontneed(&[(src, n * PAGE_SIZE)]);
         let i = page as usize % UNIT_PAGES;
         for (k, &s) in slots.iter().enumerate() {
-            self.slots.clear_cache(s);
-            let state = if dirty {
-                PageState::Resident {
-                    dirty: true,
-                    slot: self.stale_slot_of(r, s),
-                }
-            } else {
-                PageState::Resident {
-                    dirty: false,
-                    slot: Some(s),
-                }
-            };
-            u.set(i + k, state);
+            self.mark_mapped(r, u, i + k, s, dirty);
         }
         u.resident += n as u32;
         // Release before charging: a concurrent peak reading must never count a page twice.
         self.cached.fetch_sub(n as i64, Relaxed);
         self.resident.fetch_add(n as i64, Relaxed);
+    }
+
+    /// Page `i` of a unit was just mapped from the swap cache copy of slot `s` (the
+    /// entry is gone): clean pages keep their valid slot; dirty ones (mapped for a
+    /// write) make it stale, and the policy decides (seed 001).
+    pub(crate) fn mark_mapped(
+        &self,
+        r: &RegionInner,
+        u: &mut UnitPages,
+        i: usize,
+        s: Slot,
+        dirty: bool,
+    ) {
+        self.slots.clear_cache(s);
+        let slot = if dirty {
+            self.stale_slot_of(r, s)
+        } else {
+            Some(s)
+        };
+        u.set(i, PageState::Resident { dirty, slot });
     }
 
     /// First write to a clean page: it becomes dirty, and its slot is stale.

@@ -210,19 +210,7 @@ impl Engine {
         }
         let _ = self.uffd.wake(dst, UNIT_SIZE);
         for (i, &s) in slots.iter().enumerate() {
-            self.slots.clear_cache(s);
-            let state = if write {
-                PageState::Resident {
-                    dirty: true,
-                    slot: self.stale_slot_of(r, s),
-                }
-            } else {
-                PageState::Resident {
-                    dirty: false,
-                    slot: Some(s),
-                }
-            };
-            u.set(i, state);
+            self.mark_mapped(r, u, i, s, write);
         }
         u.resident = UNIT_PAGES as u32;
         self.cached.fetch_sub(UNIT_PAGES as i64, Relaxed);
