@@ -439,20 +439,14 @@ impl Engine {
         }
     }
 
-    fn complete_read(&self, ctx: &mut ThreadCtx, mut op: Op, res: i32) {
+    fn complete_read(&self, ctx: &mut ThreadCtx, op: Op, res: i32) {
         if op.unit_read {
             return self.complete_unit_read(ctx, op, res);
         }
+        let Some((op, ok)) = self.retry_failed_read(ctx, op, res) else {
+            return;
+        };
         let r = op.region.clone();
-        let ok = res >= 0 && res as usize == op.bytes();
-        if !ok && !r.is_dead() {
-            r.counters.io_errors.fetch_add(1, Relaxed);
-            if op.attempt < 2 {
-                op.attempt += 1;
-                self.queue_io(ctx, op);
-                return;
-            }
-        }
         // Pages of one request may span units (cluster readahead): lock each in turn.
         let mut k = 0;
         while k < op.pages.len() {
@@ -509,6 +503,26 @@ impl Engine {
                 self.lru_add(&r, to_map[0].0, &u);
             }
         }
+    }
+
+    /// A read finished with `res`: if it failed and may be tried again (twice), queue
+    /// it again and return None; else the request and whether it succeeded.
+    pub(crate) fn retry_failed_read(
+        &self,
+        ctx: &mut ThreadCtx,
+        mut op: Op,
+        res: i32,
+    ) -> Option<(Op, bool)> {
+        let ok = res >= 0 && res as usize == op.bytes();
+        if !ok && !op.region.is_dead() {
+            op.region.counters.io_errors.fetch_add(1, Relaxed);
+            if op.attempt < 2 {
+                op.attempt += 1;
+                self.queue_io(ctx, op);
+                return None;
+            }
+        }
+        Some((op, ok))
     }
 
     /// Remove a cache entry whose page will not be used (dead region, failed I/O).

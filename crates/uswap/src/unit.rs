@@ -220,17 +220,11 @@ impl Engine {
     }
 
     /// One part of a whole-unit read finished; the last part maps the unit.
-    pub(crate) fn complete_unit_read(&self, ctx: &mut ThreadCtx, mut op: Op, res: i32) {
+    pub(crate) fn complete_unit_read(&self, ctx: &mut ThreadCtx, op: Op, res: i32) {
+        let Some((op, ok)) = self.retry_failed_read(ctx, op, res) else {
+            return;
+        };
         let r = op.region.clone();
-        let ok = res >= 0 && res as usize == op.bytes();
-        if !ok && !r.is_dead() {
-            r.counters.io_errors.fetch_add(1, Relaxed);
-            if op.attempt < 2 {
-                op.attempt += 1;
-                self.queue_io(ctx, op);
-                return;
-            }
-        }
         let first = op.pages[0] - op.pages[0] % UNIT_PAGES as u64;
         let mut u = r.unit_of(first).lock();
         u.unit_reads -= 1;
