@@ -100,10 +100,19 @@ pub struct Engine {
     committed: Mutex<u64>,
     /// Region pages mapped now.
     pub(crate) resident: AtomicI64,
+    /// Resident + cached pages, as one atomic: what the budget checks and the peak
+    /// read. Two separate loads of the gauges would tear while reclaim moves pages
+    /// from one to the other (an eviction read half-done counts its pages twice).
+    pub(crate) used: AtomicI64,
     /// Shadow pages allocated now (swap cache, incl. I/O in flight).
     pub(crate) cached: AtomicI64,
     /// Bytes of metadata charged to the budget.
     metadata: AtomicU64,
+    /// Bytes of metadata of regions being created: out of the limit at once, so that
+    /// reclaim makes room for them before they count in the peak (see `commit_metadata`).
+    metadata_reserved: AtomicU64,
+    /// Pages reserved by faults in progress (see `make_room`).
+    pub(crate) fault_reserved: AtomicI64,
     /// Highest usage seen, in bytes.
     peak: AtomicU64,
     /// Units with resident pages, oldest first: `region << 32 | unit`.
@@ -134,7 +143,7 @@ pub struct Engine {
     /// may be shared copy-on-write and refuse UFFDIO_MOVE.
     pub(crate) forked: AtomicBool,
     /// A fork is being prepared: threads and API calls wait at `enter`.
-    fork_pending: AtomicBool,
+    pub(crate) fork_pending: AtomicBool,
     /// Threads and API calls inside the engine now (see `enter`).
     active: AtomicUsize,
 }
@@ -296,8 +305,11 @@ impl Engine {
             next_id: AtomicU32::new(1),
             committed: Mutex::new(0),
             resident: AtomicI64::new(0),
+            used: AtomicI64::new(0),
             cached: AtomicI64::new(0),
             metadata: AtomicU64::new(0),
+            metadata_reserved: AtomicU64::new(0),
+            fault_reserved: AtomicI64::new(0),
             peak: AtomicU64::new(0),
             lru: Mutex::new(VecDeque::new()),
             inactive: Mutex::new(VecDeque::new()),
@@ -545,12 +557,21 @@ impl Engine {
         }
     }
 
-    /// After a region's metadata joined the budget: wait until reclaim brought usage
-    /// back under the limit (bounded). Called outside `enter` (it waits on the
-    /// reclaim thread, which a pending fork would hold back).
-    pub(crate) fn wait_for_room(&self) {
+    /// After a region's metadata was reserved: wait until reclaim brought usage
+    /// under the limit (bounded), then charge the metadata. The budget holds at every
+    /// instant: the reserve lowered the limit before the metadata counts as used.
+    /// Called outside `enter` (it waits on the reclaim thread, which a pending fork
+    /// would hold back).
+    pub(crate) fn commit_metadata(&self, r: &RegionInner) {
+        self.wait_for_room();
+        self.metadata.fetch_add(r.metadata_bytes, Relaxed);
+        self.metadata_reserved.fetch_sub(r.metadata_bytes, Relaxed);
+    }
+
+    fn wait_for_room(&self) {
         let t = std::time::Instant::now();
-        while self.usage_pages() > self.limit_pages()
+        // Faults in progress reserved their room under the old limit: wait for them too.
+        while self.usage_pages() + self.fault_reserved.load(Acquire) > self.limit_pages()
             && t.elapsed() < std::time::Duration::from_secs(10)
         {
             self.wake_kswapd();
@@ -599,7 +620,10 @@ impl Engine {
 
     /// Pages the engine may hold (budget less metadata).
     pub(crate) fn limit_pages(&self) -> i64 {
-        let b = self.cfg.budget.saturating_sub(self.metadata.load(Relaxed));
+        let b = self
+            .cfg
+            .budget
+            .saturating_sub(self.metadata.load(Relaxed) + self.metadata_reserved.load(Relaxed));
         (b / PAGE_SIZE as u64) as i64
     }
 
@@ -617,7 +641,19 @@ impl Engine {
 
     /// Resident + cached pages.
     pub(crate) fn usage_pages(&self) -> i64 {
-        self.resident.load(Relaxed) + self.cached.load(Relaxed)
+        self.used.load(Relaxed)
+    }
+
+    /// Pages enter the engine's hold (`gauge` is `resident` or `cached`).
+    pub(crate) fn charge(&self, gauge: &AtomicI64, n: i64) {
+        self.used.fetch_add(n, Relaxed);
+        gauge.fetch_add(n, Relaxed);
+    }
+
+    /// Pages leave the engine's hold.
+    pub(crate) fn uncharge(&self, gauge: &AtomicI64, n: i64) {
+        gauge.fetch_sub(n, Relaxed);
+        self.used.fetch_sub(n, Relaxed);
     }
 
     pub(crate) fn note_peak(&self) {
@@ -695,7 +731,8 @@ impl Engine {
                 reason: "larger than 64 TiB".into(),
             })? as usize;
         let metadata = (len / UNIT_SIZE * (UNIT_SIZE / PAGE_SIZE * 8 + 64)) as u64;
-        let md_after = self.metadata.load(Relaxed) + metadata;
+        let md_after =
+            self.metadata.load(Relaxed) + self.metadata_reserved.load(Relaxed) + metadata;
         if md_after + 2 * UNIT_SIZE as u64 > self.cfg.budget {
             return Err(Error::BudgetTooSmall {
                 budget: self.cfg.budget,
@@ -758,7 +795,7 @@ impl Engine {
         let mut r = RegionInner::new(id, base, shadow, len, policy, self.cfg.readahead_max_pages);
         r.metadata_bytes = metadata;
         let r = Arc::new(r);
-        self.metadata.fetch_add(metadata, Relaxed);
+        self.metadata_reserved.fetch_add(metadata, Relaxed);
         let mut g = self.regions.write().unwrap_or_else(|p| p.into_inner());
         g.by_addr.insert(base, r.clone());
         g.by_id.insert(id, r.clone());
@@ -788,13 +825,13 @@ impl Engine {
                             self.slots.put(s);
                         }
                         u.resident -= 1;
-                        self.resident.fetch_sub(1, Relaxed);
+                        self.uncharge(&self.resident, 1);
                         region_ranges.push((r.page_addr(q), PAGE_SIZE));
                     }
                     crate::pagemap::PageState::Swapped(s) => {
                         if self.cache.remove_clean(s).is_some() {
                             self.slots.clear_cache(s);
-                            self.cached.fetch_sub(1, Relaxed);
+                            self.uncharge(&self.cached, 1);
                             shadow_ranges.push((r.shadow_addr(q), PAGE_SIZE));
                         }
                         self.slots.put(s);
@@ -849,8 +886,8 @@ impl Engine {
             }
             u.resident = 0;
         }
-        self.resident.fetch_sub(freed_resident, Relaxed);
-        self.cached.fetch_sub(freed_cached, Relaxed);
+        self.uncharge(&self.resident, freed_resident);
+        self.uncharge(&self.cached, freed_cached);
         let _ = self.uffd.unregister(r.base, r.len);
         let _ = self.uffd.unregister(r.shadow, r.len);
         unmap(r.base, r.len);
@@ -952,6 +989,12 @@ impl Engine {
                     std::hint::spin_loop();
                 }
             }
+            if !ctx.deferred.is_empty() {
+                // Faults put back for a pending fork: leave the engine so that the
+                // fork proceeds, then serve them (`enter` waits for the fork).
+                drop(a);
+                continue;
+            }
             // Re-arm right before sleeping: the poll's completion may have been reaped
             // anywhere, also inside a direct reclaim while serving a fault.
             if !ctx.uffd_armed && !self.is_shutdown() {
@@ -970,7 +1013,16 @@ impl Engine {
     /// Read and handle every pending fault; returns how many.
     fn serve_faults(&self, ctx: &mut ThreadCtx) -> usize {
         let mut total = 0;
+        for f in std::mem::take(&mut ctx.deferred) {
+            total += 1;
+            if !self.handle_fault(ctx, f) {
+                ctx.deferred.push(f);
+            }
+        }
         loop {
+            if !ctx.deferred.is_empty() {
+                return total;
+            }
             let n = self.uffd.read_msgs(&mut ctx.msgs).unwrap_or_default();
             if n == 0 {
                 return total;
@@ -978,7 +1030,9 @@ impl Engine {
             total += n;
             for i in 0..n {
                 if let Some(f) = crate::uffd::decode(&ctx.msgs[i]) {
-                    self.handle_fault(ctx, f);
+                    if !self.handle_fault(ctx, f) {
+                        ctx.deferred.push(f);
+                    }
                 }
             }
             // Start the reads these faults need before looking for more.
@@ -1000,6 +1054,9 @@ pub(crate) struct ThreadCtx {
     pub(crate) cursor: SlotCursor,
     pub(crate) msgs: Vec<[u8; MSG_SIZE]>,
     pub(crate) uffd_armed: bool,
+    /// Faults put back because a fork is pending and they need room that only
+    /// other threads' I/O can make (see `make_room`); served after the fork.
+    pub(crate) deferred: Vec<crate::uffd::Fault>,
     /// The eventfd that wakes this thread.
     pub(crate) event_fd: std::os::fd::RawFd,
 }
@@ -1014,6 +1071,7 @@ impl ThreadCtx {
             cursor: e.slots.cursor(),
             msgs: vec![[0u8; MSG_SIZE]; 64],
             uffd_armed: true,
+            deferred: Vec::new(),
             event_fd: -1,
         })
     }

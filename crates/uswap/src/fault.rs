@@ -36,35 +36,45 @@ fn zero_source() -> usize {
 }
 
 impl Engine {
-    /// Dispatch one fault message.
-    pub(crate) fn handle_fault(&self, ctx: &mut ThreadCtx, f: Fault) {
+    /// Dispatch one fault message. False: put it back (a fork is pending and it
+    /// needs room first).
+    pub(crate) fn handle_fault(&self, ctx: &mut ThreadCtx, f: Fault) -> bool {
         let addr = f.addr & !(PAGE_SIZE - 1);
         let Some(r) = self.region_by_addr(addr) else {
             // Not ours any more (region dropped while the thread faulted): let it retry.
             let _ = self.uffd.wake(addr, PAGE_SIZE);
-            return;
+            return true;
         };
         let page = ((addr - r.base) / PAGE_SIZE) as u64;
         if f.wp {
             self.handle_wp(&r, page);
+            true
         } else {
-            self.handle_missing(ctx, &r, page, f.write);
+            self.handle_missing(ctx, &r, page, f.write)
         }
     }
 
-    fn handle_missing(&self, ctx: &mut ThreadCtx, r: &Arc<RegionInner>, page: u64, write: bool) {
+    fn handle_missing(
+        &self,
+        ctx: &mut ThreadCtx,
+        r: &Arc<RegionInner>,
+        page: u64,
+        write: bool,
+    ) -> bool {
         // Room first, with no lock held: reclaim takes unit locks.
         let want = if self.unit_mode(r) {
             UNIT_PAGES as i64
         } else {
             1 + self.cfg.readahead_max_pages as i64
         };
-        self.make_room(ctx, r, want);
+        let Some(_room) = self.make_room(ctx, r, want) else {
+            return false;
+        };
         let unit = r.unit_of(page);
         let mut u = unit.lock();
         if r.is_dead() {
             let _ = self.uffd.wake(r.page_addr(page), PAGE_SIZE);
-            return;
+            return true;
         }
         unit.referenced.store(true, Relaxed);
         let i = page as usize % UNIT_PAGES;
@@ -87,6 +97,7 @@ impl Engine {
             }
         }
         self.lru_add(r, page, &u);
+        true
     }
 
     /// Put the unit of `page` on the reclaim list if it has resident pages and is not
@@ -117,10 +128,14 @@ impl Engine {
             } else {
                 1
             };
-            let room = (self.limit_pages() - self.usage_pages()).max(1) as usize;
-            let max = (za.win as usize).min(UNIT_PAGES - i).min(room);
+            let max = (za.win as usize).min(UNIT_PAGES - i);
             while n < max && u.get(i + n) == PageState::Untouched {
                 n += 1;
+            }
+            // Past this fault's reservation only as far as free room allows.
+            let have = self.own_room().max(1) as usize;
+            if n > have {
+                n = have + self.grow_room((n - have) as i64) as usize;
             }
             za.last = page + n as u64;
         }
@@ -145,7 +160,7 @@ impl Engine {
             );
         }
         u.resident += n as u32;
-        self.resident.fetch_add(n as i64, Relaxed);
+        self.charge(&self.resident, n as i64);
         r.counters.minflt.fetch_add(1, Relaxed);
     }
 
@@ -195,7 +210,7 @@ impl Engine {
             Lookup::Miss => {
                 r.counters.majflt.fetch_add(1, Relaxed);
                 self.slots.set_cache(slot);
-                self.cached.fetch_add(1, Relaxed);
+                self.charge(&self.cached, 1);
                 let mut reads = vec![(r.clone(), page, slot)];
                 self.readahead(r, u, page, slot, &mut reads);
                 self.queue_reads(ctx, reads);
@@ -212,7 +227,9 @@ impl Engine {
         slot: Slot,
         reads: &mut Vec<(Arc<RegionInner>, u64, Slot)>,
     ) {
-        let room = (self.limit_pages() - self.usage_pages()).max(0) as u64;
+        // The fault's own page is charged; the window may use the rest of the
+        // reservation, and grow it where room is free (a long stream's window).
+        let mut room = (self.own_room() - 1).max(0) as u64;
         let max = self.cfg.readahead_max_pages;
         match r.policy.readahead {
             ReadaheadPolicy::Off => {}
@@ -226,6 +243,10 @@ impl Engine {
                         st.vma.window(page, r.pages(), max)
                     }
                 };
+                let need = w.end.saturating_sub(w.start).saturating_sub(1);
+                if need > room {
+                    room += self.grow_room((need - room) as i64) as u64;
+                }
                 for p in w.start..w.end {
                     if p == page || reads.len() as u64 > room {
                         continue;
@@ -289,7 +310,7 @@ impl Engine {
         };
         if self.cache.insert(s, e) {
             self.slots.set_cache(s);
-            self.cached.fetch_add(1, Relaxed);
+            self.charge(&self.cached, 1);
             r.counters.swap_ra.fetch_add(1, Relaxed);
             reads.push((r.clone(), p, s));
         }
@@ -345,7 +366,7 @@ impl Engine {
             self.mark_mapped(r, u, i + k, s, dirty);
         }
         u.resident += n as u32;
-        // Release before charging: a concurrent peak reading must never count a page twice.
+        // A move between gauges: `used` (what the budget reads) does not change.
         self.cached.fetch_sub(n as i64, Relaxed);
         self.resident.fetch_add(n as i64, Relaxed);
     }
@@ -529,7 +550,7 @@ impl Engine {
     pub(crate) fn drop_cache_entry(&self, slot: Slot) {
         if self.cache.remove(slot).is_some() {
             self.slots.clear_cache(slot);
-            self.cached.fetch_sub(1, Relaxed);
+            self.uncharge(&self.cached, 1);
         }
     }
 

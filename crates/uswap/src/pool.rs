@@ -201,8 +201,8 @@ impl Pool {
             readahead: opts.readahead.unwrap_or(self.engine.cfg.readahead),
         };
         let inner = self.engine.create_region(size, policy)?;
-        // Its page map now counts against the budget: make room before handing it out.
-        self.engine.wait_for_room();
+        // Its page map counts against the budget: make room before handing it out.
+        self.engine.commit_metadata(&inner);
         self.engine.add_user();
         Ok(Region {
             engine: self.engine.clone(),

@@ -21,29 +21,101 @@ use crate::slots::{Slot, SlotRun};
 use crate::swap_cache::{CacheState, Entry, Owner};
 use crate::uffd::Wake;
 use crate::{PAGE_SIZE, UNIT_PAGES};
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::Ordering::{AcqRel, Relaxed, SeqCst};
 use std::sync::Arc;
 
 /// Pages a direct reclaim frees beyond what the fault needs, so that the next
 /// faults do not reclaim again at once.
 const DIRECT_BATCH: i64 = 256;
 
+/// The room a fault in progress reserved (see `Engine::make_room`); released when
+/// the fault is done, by which time its pages are charged.
+pub(crate) struct Room<'a> {
+    engine: &'a Engine,
+}
+
+impl Drop for Room<'_> {
+    fn drop(&mut self) {
+        let pages = OWN_RESERVED.with(|c| c.replace(0));
+        self.engine.fault_reserved.fetch_sub(pages, AcqRel);
+    }
+}
+
+thread_local! {
+    /// This thread's fault reservation (0 outside a fault), grown by `grow_room`.
+    static OWN_RESERVED: std::cell::Cell<i64> = const { std::cell::Cell::new(0) };
+}
+
 impl Engine {
-    /// Before a fault maps up to `want` pages: reclaim directly if that would cross
-    /// the budget; wake the reclaim thread above the high watermark.
-    pub(crate) fn make_room(&self, ctx: &mut ThreadCtx, r: &RegionInner, want: i64) {
-        let limit = self.limit_pages();
-        if self.usage_pages() + want > limit {
-            r.counters.direct_reclaim.fetch_add(1, Relaxed);
-            self.reclaim(ctx, limit - want - DIRECT_BATCH);
+    /// Before a fault maps up to `want` pages: reserve them, reclaiming directly if
+    /// usage plus every fault's reservation would cross the budget; wake the reclaim
+    /// thread above the high watermark. The reservation lasts as long as the returned
+    /// guard: the fault charges its pages while holding it, and charges nothing past
+    /// it (`grow_room` for more), so two threads never both take the last room, and
+    /// a new region's page map waits for them (`commit_metadata`).
+    ///
+    /// None: no room, and a fork is pending, which holds back the other threads
+    /// whose I/O would make it; the caller puts the fault back and leaves the engine.
+    pub(crate) fn make_room(
+        &self,
+        ctx: &mut ThreadCtx,
+        r: &RegionInner,
+        want: i64,
+    ) -> Option<Room<'_>> {
+        let mut stalled = 0;
+        loop {
+            let limit = self.limit_pages();
+            let others = self.fault_reserved.fetch_add(want, AcqRel);
+            // After two passes of reclaim without progress: over budget rather than a
+            // hung fault (`reclaim` has said so).
+            if self.usage_pages() + others + want <= limit || stalled >= 2 {
+                break;
+            }
+            self.fault_reserved.fetch_sub(want, AcqRel);
+            if stalled == 0 {
+                r.counters.direct_reclaim.fetch_add(1, Relaxed);
+            }
+            if !self.reclaim(ctx, limit - others - want - DIRECT_BATCH) {
+                if self.fork_pending.load(SeqCst) {
+                    return None;
+                }
+                stalled += 1;
+            }
         }
         if self.usage_pages() > self.high_pages() {
             self.wake_kswapd();
         }
+        OWN_RESERVED.with(|c| c.set(want));
+        Some(Room { engine: self })
     }
 
-    /// Reclaim until usage is at most `target` pages (or nothing more can go).
-    pub(crate) fn reclaim(&self, ctx: &mut ThreadCtx, target: i64) {
+    /// Pages this thread's fault in progress has reserved (0 outside a fault).
+    pub(crate) fn own_room(&self) -> i64 {
+        OWN_RESERVED.with(|c| c.get())
+    }
+
+    /// Add up to `extra` pages to this thread's fault reservation, without reclaim:
+    /// fault-around and a grown readahead window take only room nobody else holds.
+    /// Returns the pages granted. Conservative: pages already charged by a fault in
+    /// progress count both in usage and in its reservation.
+    pub(crate) fn grow_room(&self, extra: i64) -> i64 {
+        if extra <= 0 || OWN_RESERVED.with(|c| c.get()) == 0 {
+            return 0;
+        }
+        let before = self.fault_reserved.fetch_add(extra, AcqRel);
+        let over = self.usage_pages() + before + extra - self.limit_pages();
+        let back = over.clamp(0, extra);
+        if back > 0 {
+            self.fault_reserved.fetch_sub(back, AcqRel);
+        }
+        let granted = extra - back;
+        OWN_RESERVED.with(|c| c.set(c.get() + granted));
+        granted
+    }
+
+    /// Reclaim until usage is at most `target` pages; false if it gave up (nothing
+    /// more can go).
+    pub(crate) fn reclaim(&self, ctx: &mut ThreadCtx, target: i64) -> bool {
         let mut idle = 0;
         let mut cqes = Vec::new();
         while self.usage_pages() > target && !self.is_shutdown() {
@@ -65,6 +137,10 @@ impl Engine {
                 cqes.clear();
                 ctx.ring.reap(&mut cqes);
                 self.process_cqes(ctx, &cqes);
+            } else if self.fork_pending.load(SeqCst) {
+                // Other threads wait outside the engine for a fork, which waits for
+                // this one: give up for now (the caller leaves and comes back).
+                return false;
             } else if self.io_inflight.load(Relaxed) > 0 && idle < 200_000 {
                 // Another thread's I/O will make pages droppable: the budget is a
                 // promise, so wait for it (bounded at ~10 s against a stuck device).
@@ -79,11 +155,12 @@ impl Engine {
                     if idle > 200_000 {
                         eprintln!("uswap: reclaim made no progress for 10 s; going over budget");
                     }
-                    return;
+                    return false;
                 }
                 std::thread::sleep(std::time::Duration::from_micros(50));
             }
         }
+        true
     }
 
     /// Evict whole units, oldest first, until at least `need` pages left the region.
@@ -265,6 +342,7 @@ impl Engine {
         u.resident -= moved as u32;
         self.resident.fetch_sub(moved, Relaxed);
         self.cached.fetch_add(moved - zeros.len() as i64, Relaxed);
+        self.used.fetch_sub(zeros.len() as i64, Relaxed);
         self.dontneed(&zeros);
         r.counters.evicted.fetch_add(moved as u64, Relaxed);
         r.counters.clean_evicted.fetch_add(clean as u64, Relaxed);
@@ -313,7 +391,7 @@ impl Engine {
                                 _ => ranges.push((a, PAGE_SIZE)),
                             }
                             freed += 1;
-                            self.cached.fetch_sub(1, Relaxed);
+                            self.uncharge(&self.cached, 1);
                         }
                         // Under the unit lock: a read into these shadow pages must not
                         // start before they are gone.

@@ -75,7 +75,7 @@ impl Engine {
             );
         }
         u.resident = UNIT_PAGES as u32;
-        self.resident.fetch_add(UNIT_PAGES as i64, Relaxed);
+        self.charge(&self.resident, UNIT_PAGES as i64);
         r.counters.minflt.fetch_add(1, Relaxed);
         true
     }
@@ -152,7 +152,7 @@ impl Engine {
             self.cache.insert(s, e);
             self.slots.set_cache(s);
         }
-        self.cached.fetch_add(UNIT_PAGES as i64, Relaxed);
+        self.charge(&self.cached, UNIT_PAGES as i64);
         u.unit_write = write;
         // One request per run of consecutive slots: one for a unit written whole.
         let mut a = 0;

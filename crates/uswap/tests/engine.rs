@@ -99,8 +99,45 @@ fn random_pages_one_and_several_threads() {
                 );
             }
         }
-        assert!(p.counters().pswpout > 0);
+        let c = p.counters();
+        assert!(c.pswpout > 0, "{c:?}");
+        assert!(
+            c.peak_used_bytes <= 16 * MIB,
+            "budget overrun, {threads} threads: {c:?}"
+        );
     }
+}
+
+/// The budget holds at every instant while threads fault on two fault threads and
+/// new regions' page maps join the budget: each fault reserves its room before it
+/// maps, and a new region's metadata is reclaimed for before it counts.
+#[test]
+fn budget_holds_under_concurrent_faults_and_new_regions() {
+    let budget = 24 * MIB;
+    let p = Pool::builder()
+        .budget(budget)
+        .fault_threads(2)
+        .build()
+        .unwrap();
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let p = &p;
+            s.spawn(move || {
+                let mut kept = Vec::new();
+                for k in 0..6u64 {
+                    let r = p.region(12 * MIB).unwrap();
+                    fill(r.as_words(), t * 100 + k);
+                    kept.push((r, t * 100 + k));
+                }
+                for (r, seed) in &kept {
+                    check(r.as_words(), *seed);
+                }
+            });
+        }
+    });
+    let c = p.counters();
+    assert!(c.pswpout > 0 && c.pswpin > 0, "{c:?}");
+    assert!(c.peak_used_bytes <= budget, "budget overrun: {c:?}");
 }
 
 #[test]
