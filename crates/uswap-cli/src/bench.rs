@@ -349,6 +349,12 @@ pub struct BenchArgs {
     #[arg(long, value_enum, value_name = "ON|OFF", default_value_t = OnOff::On, hide_default_value = true)]
     pub ra_stream: OnOff,
 
+    /// Beyond the kernel: a stream of faults through units swapped out whole also
+    /// reads the next N units ahead (2 MiB each), so the disk reads while the program
+    /// works, 0-16 [default: 2; none with --readahead off].
+    #[arg(long, value_name = "N", default_value_t = 2, hide_default_value = true, value_parser = clap::value_parser!(u32).range(0..=16))]
+    pub ra_units: u32,
+
     /// Slot of a clean page that gets written: free it at once, or keep it until reclaim
     /// (seed 001) [default: free].
     #[arg(long, value_enum, value_name = "POLICY", default_value_t = StaleSlot::Free, hide_default_value = true)]
@@ -460,6 +466,7 @@ impl BenchArgs {
             push("--ra-max-pages", n.to_string());
         }
         push("--ra-stream", self.ra_stream.name().to_string());
+        push("--ra-units", self.ra_units.to_string());
         push("--stale-slot", self.stale_slot.name().to_string());
         push("--device", self.device.name().to_string());
         push("--fault-threads", self.fault_threads.to_string());
@@ -521,6 +528,7 @@ impl BenchArgs {
             })
             .readahead(self.readahead.policy())
             .readahead_stream(self.ra_stream == OnOff::On)
+            .readahead_units(self.ra_units)
             .unit(self.unit.policy())
             .spin_us(self.spin_us);
         if let Some(n) = self.ra_max_pages {

@@ -97,7 +97,7 @@ pub struct Engine {
     regions: RwLock<Regions>,
     next_id: AtomicU32,
     /// Swap bytes promised to live regions; guarded by itself.
-    committed: Mutex<u64>,
+    pub(crate) committed: Mutex<u64>,
     /// Region pages mapped now.
     pub(crate) resident: AtomicI64,
     /// Resident + cached pages, as one atomic: what the budget checks and the peak
@@ -113,6 +113,10 @@ pub struct Engine {
     metadata_reserved: AtomicU64,
     /// Pages reserved by faults in progress (see `make_room`).
     pub(crate) fault_reserved: AtomicI64,
+    /// Pages charged so far by faults in progress, out of their reservations.
+    pub(crate) fault_charged: AtomicI64,
+    /// "Swap full" was said once.
+    pub(crate) swap_full_said: AtomicBool,
     /// Highest usage seen, in bytes.
     peak: AtomicU64,
     /// Units with resident pages, oldest first: `region << 32 | unit`.
@@ -310,6 +314,8 @@ impl Engine {
             metadata: AtomicU64::new(0),
             metadata_reserved: AtomicU64::new(0),
             fault_reserved: AtomicI64::new(0),
+            fault_charged: AtomicI64::new(0),
+            swap_full_said: AtomicBool::new(false),
             peak: AtomicU64::new(0),
             lru: Mutex::new(VecDeque::new()),
             inactive: Mutex::new(VecDeque::new()),
@@ -509,6 +515,8 @@ impl Engine {
         for (ui, unit) in r.units.iter().enumerate() {
             let mut u = unit.lock();
             u.unit_reads = 0;
+            u.unit_waited = false;
+            u.prefetched = false;
             let first = (ui * crate::UNIT_PAGES) as u64;
             let mut clean: Vec<(usize, usize)> = Vec::new();
             for i in 0..crate::UNIT_PAGES {
@@ -571,7 +579,7 @@ impl Engine {
     fn wait_for_room(&self) {
         let t = std::time::Instant::now();
         // Faults in progress reserved their room under the old limit: wait for them too.
-        while self.usage_pages() + self.fault_reserved.load(Acquire) > self.limit_pages()
+        while self.promised_pages() > self.limit_pages()
             && t.elapsed() < std::time::Duration::from_secs(10)
         {
             self.wake_kswapd();
@@ -587,6 +595,9 @@ impl Engine {
     /// Queue a backend request on this thread's ring, at its slot's file and offset.
     pub(crate) fn queue_io(&self, ctx: &mut ThreadCtx, op: crate::io::Op) {
         self.io_inflight.fetch_add(1, Relaxed);
+        if op.kind == crate::io::OpKind::Write {
+            self.writes_inflight.fetch_add(1, Relaxed);
+        }
         let loc = self.swap().locate(op.slot);
         ctx.ring.queue(op, loc);
     }
@@ -648,6 +659,9 @@ impl Engine {
     pub(crate) fn charge(&self, gauge: &AtomicI64, n: i64) {
         self.used.fetch_add(n, Relaxed);
         gauge.fetch_add(n, Relaxed);
+        if crate::reclaim::note_charge(n) {
+            self.fault_charged.fetch_add(n, SeqCst);
+        }
     }
 
     /// Pages leave the engine's hold.
@@ -938,6 +952,19 @@ impl Engine {
 
     // ---- threads ----------------------------------------------------------------
 
+    /// What the reclaim thread should bring usage down to, if anything: the low
+    /// watermark once above the high one; lower while a new region's page map waits
+    /// for room that faults in progress have promised (`commit_metadata`).
+    fn kswapd_target(&self) -> Option<i64> {
+        if self.is_shutdown() {
+            return None;
+        }
+        if self.metadata_reserved.load(Relaxed) > 0 && self.promised_pages() > self.limit_pages() {
+            return Some(self.low_pages() - self.unclaimed_pages());
+        }
+        (self.usage_pages() > self.high_pages()).then(|| self.low_pages())
+    }
+
     fn reclaim_thread(self: Arc<Self>, mut ctx: ThreadCtx) {
         ctx.event_fd = self.kswapd_event.as_raw_fd();
         ctx.ring.poll(ctx.event_fd, TOKEN_EVENT);
@@ -946,15 +973,14 @@ impl Engine {
             if self.is_shutdown() && ctx.ring.inflight == 0 {
                 break;
             }
-            if !self.is_shutdown() && self.usage_pages() > self.high_pages() {
+            if let Some(target) = self.kswapd_target() {
                 let _a = self.enter();
-                let target = self.low_pages();
                 self.reclaim(&mut ctx, target);
                 continue;
             }
             self.kswapd_asleep.store(true, Release);
             // Re-check after publishing that we sleep (a waker may have missed us).
-            if self.usage_pages() > self.high_pages() && !self.is_shutdown() {
+            if self.kswapd_target().is_some() {
                 self.kswapd_asleep.store(false, Release);
                 continue;
             }

@@ -63,7 +63,16 @@ impl Engine {
     ) -> bool {
         // Room first, with no lock held: reclaim takes unit locks.
         let want = if self.unit_mode(r) {
-            UNIT_PAGES as i64
+            // A stream through whole units also reserves the units it reads ahead.
+            let unit_no = page / UNIT_PAGES as u64;
+            let last = r.last_whole_unit.load(Relaxed);
+            let stream = last == unit_no.wrapping_sub(1) || last == unit_no + 1;
+            let ahead = if stream && r.policy.readahead != ReadaheadPolicy::Off {
+                self.cfg.readahead_units as i64
+            } else {
+                0
+            };
+            UNIT_PAGES as i64 * (1 + ahead)
         } else {
             1 + self.cfg.readahead_max_pages as i64
         };
@@ -96,6 +105,7 @@ impl Engine {
                 }
             }
         }
+        u.prefetched = false;
         self.lru_add(r, page, &u);
         true
     }
@@ -133,10 +143,7 @@ impl Engine {
                 n += 1;
             }
             // Past this fault's reservation only as far as free room allows.
-            let have = self.own_room().max(1) as usize;
-            if n > have {
-                n = have + self.grow_room((n - have) as i64) as usize;
-            }
+            n = n.min(self.take_room(n as i64).max(1) as usize);
             za.last = page + n as u64;
         }
         let addr = r.page_addr(page);
@@ -227,9 +234,8 @@ impl Engine {
         slot: Slot,
         reads: &mut Vec<(Arc<RegionInner>, u64, Slot)>,
     ) {
-        // The fault's own page is charged; the window may use the rest of the
-        // reservation, and grow it where room is free (a long stream's window).
-        let mut room = (self.own_room() - 1).max(0) as u64;
+        // The fault's own page is charged; the window takes the rest of the
+        // reservation, grown where room is free (a long stream's window).
         let max = self.cfg.readahead_max_pages;
         match r.policy.readahead {
             ReadaheadPolicy::Off => {}
@@ -244,9 +250,7 @@ impl Engine {
                     }
                 };
                 let need = w.end.saturating_sub(w.start).saturating_sub(1);
-                if need > room {
-                    room += self.grow_room((need - room) as i64) as u64;
-                }
+                let room = self.take_room(need as i64) as u64;
                 for p in w.start..w.end {
                     if p == page || reads.len() as u64 > room {
                         continue;
@@ -258,6 +262,7 @@ impl Engine {
             }
             ReadaheadPolicy::Cluster => {
                 let (lo, hi) = self.cluster_ra.window(slot, self.slots.capacity(), max);
+                let room = self.take_room(hi.saturating_sub(lo) as i64) as u64;
                 for s in lo..hi {
                     if s == slot || reads.len() as u64 > room {
                         continue;

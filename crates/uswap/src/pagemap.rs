@@ -83,8 +83,13 @@ pub struct UnitPages {
     pub resident: u32,
     /// Requests in flight of a whole-unit read (2 MiB swap-in); 0 when none.
     pub unit_reads: u32,
+    /// A fault waits for the whole-unit read in flight (it maps the unit whole).
+    pub unit_waited: bool,
     /// A fault waiting for the whole-unit read was a write.
     pub unit_write: bool,
+    /// Read ahead whole (unit readahead) and not yet faulted on: the first fault
+    /// counts it as a readahead hit.
+    pub prefetched: bool,
 }
 
 impl UnitPages {
@@ -117,7 +122,9 @@ impl Unit {
                 words: Box::new([0; UNIT_PAGES]),
                 resident: 0,
                 unit_reads: 0,
+                unit_waited: false,
                 unit_write: false,
+                prefetched: false,
             }),
             referenced: AtomicBool::new(false),
             on_lru: AtomicBool::new(false),

@@ -76,6 +76,7 @@ pub struct PoolBuilder {
     pub(crate) readahead: ReadaheadPolicy,
     pub(crate) readahead_max_pages: u32,
     pub(crate) readahead_stream: bool,
+    pub(crate) readahead_units: u32,
     pub(crate) unit: UnitPolicy,
     pub(crate) spin_us: u32,
     pub(crate) inject: FaultInjection,
@@ -93,6 +94,7 @@ impl Default for PoolBuilder {
             readahead: ReadaheadPolicy::Vma,
             readahead_max_pages: 8,
             readahead_stream: true,
+            readahead_units: 2,
             unit: UnitPolicy::Auto,
             spin_us: 0,
             inject: FaultInjection::default(),
@@ -146,6 +148,14 @@ impl PoolBuilder {
     /// past `readahead_max_pages`, up to a whole 2 MiB unit (default on).
     pub fn readahead_stream(mut self, on: bool) -> Self {
         self.readahead_stream = on;
+        self
+    }
+
+    /// Beyond the kernel: when faults stream through units swapped out whole, read
+    /// this many following units ahead (0-16, default 2), so that the disk reads
+    /// the next unit while the program works on this one. Off with readahead off.
+    pub fn readahead_units(mut self, n: u32) -> Self {
+        self.readahead_units = n.min(16);
         self
     }
     /// Default unit policy of regions.

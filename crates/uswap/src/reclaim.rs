@@ -21,7 +21,7 @@ use crate::slots::{Slot, SlotRun};
 use crate::swap_cache::{CacheState, Entry, Owner};
 use crate::uffd::Wake;
 use crate::{PAGE_SIZE, UNIT_PAGES};
-use std::sync::atomic::Ordering::{AcqRel, Relaxed, SeqCst};
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::Arc;
 
 /// Pages a direct reclaim frees beyond what the fault needs, so that the next
@@ -36,14 +36,29 @@ pub(crate) struct Room<'a> {
 
 impl Drop for Room<'_> {
     fn drop(&mut self) {
-        let pages = OWN_RESERVED.with(|c| c.replace(0));
-        self.engine.fault_reserved.fetch_sub(pages, AcqRel);
+        let (reserved, charged) = OWN.with(|c| c.replace((0, 0)));
+        // Charged first: a reader in between over-counts, never under-counts.
+        self.engine.fault_charged.fetch_sub(charged, SeqCst);
+        self.engine.fault_reserved.fetch_sub(reserved, SeqCst);
     }
 }
 
 thread_local! {
-    /// This thread's fault reservation (0 outside a fault), grown by `grow_room`.
-    static OWN_RESERVED: std::cell::Cell<i64> = const { std::cell::Cell::new(0) };
+    /// This thread's fault in progress: pages reserved (0 outside a fault; grown by
+    /// `take_room`) and pages charged so far.
+    static OWN: std::cell::Cell<(i64, i64)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// Pages entered the engine's hold on this thread (see `Engine::charge`): inside a
+/// fault they use its reservation. True if inside a fault.
+pub(crate) fn note_charge(n: i64) -> bool {
+    OWN.with(|c| {
+        let (reserved, charged) = c.get();
+        if reserved > 0 {
+            c.set((reserved, charged + n));
+        }
+        reserved > 0
+    })
 }
 
 impl Engine {
@@ -51,7 +66,7 @@ impl Engine {
     /// usage plus every fault's reservation would cross the budget; wake the reclaim
     /// thread above the high watermark. The reservation lasts as long as the returned
     /// guard: the fault charges its pages while holding it, and charges nothing past
-    /// it (`grow_room` for more), so two threads never both take the last room, and
+    /// it (`take_room` for more), so two threads never both take the last room, and
     /// a new region's page map waits for them (`commit_metadata`).
     ///
     /// None: no room, and a fork is pending, which holds back the other threads
@@ -65,17 +80,18 @@ impl Engine {
         let mut stalled = 0;
         loop {
             let limit = self.limit_pages();
-            let others = self.fault_reserved.fetch_add(want, AcqRel);
+            self.fault_reserved.fetch_add(want, SeqCst);
             // After two passes of reclaim without progress: over budget rather than a
             // hung fault (`reclaim` has said so).
-            if self.usage_pages() + others + want <= limit || stalled >= 2 {
+            if self.promised_pages() <= limit || stalled >= 2 {
                 break;
             }
-            self.fault_reserved.fetch_sub(want, AcqRel);
+            self.fault_reserved.fetch_sub(want, SeqCst);
             if stalled == 0 {
                 r.counters.direct_reclaim.fetch_add(1, Relaxed);
             }
-            if !self.reclaim(ctx, limit - others - want - DIRECT_BATCH) {
+            let target = limit - self.unclaimed_pages() - want - DIRECT_BATCH;
+            if !self.reclaim(ctx, target) {
                 if self.fork_pending.load(SeqCst) {
                     return None;
                 }
@@ -85,32 +101,46 @@ impl Engine {
         if self.usage_pages() > self.high_pages() {
             self.wake_kswapd();
         }
-        OWN_RESERVED.with(|c| c.set(want));
+        OWN.with(|c| c.set((want, 0)));
         Some(Room { engine: self })
     }
 
-    /// Pages this thread's fault in progress has reserved (0 outside a fault).
-    pub(crate) fn own_room(&self) -> i64 {
-        OWN_RESERVED.with(|c| c.get())
+    /// Pages reserved by faults in progress and not charged yet.
+    pub(crate) fn unclaimed_pages(&self) -> i64 {
+        let charged = self.fault_charged.load(SeqCst);
+        (self.fault_reserved.load(SeqCst) - charged).max(0)
     }
 
-    /// Add up to `extra` pages to this thread's fault reservation, without reclaim:
-    /// fault-around and a grown readahead window take only room nobody else holds.
-    /// Returns the pages granted. Conservative: pages already charged by a fault in
-    /// progress count both in usage and in its reservation.
-    pub(crate) fn grow_room(&self, extra: i64) -> i64 {
-        if extra <= 0 || OWN_RESERVED.with(|c| c.get()) == 0 {
+    /// Pages used, or promised to faults in progress: what must fit under the limit.
+    /// (Loads ordered so that a charge in between over-counts, never under-counts.)
+    pub(crate) fn promised_pages(&self) -> i64 {
+        let charged = self.fault_charged.load(SeqCst);
+        let used = self.usage_pages();
+        used + self.fault_reserved.load(SeqCst) - charged
+    }
+
+    /// Room for up to `n` more pages in this thread's fault: what is left of its
+    /// reservation, grown without reclaim into room nobody else holds (fault-around,
+    /// a long readahead window, units read ahead). Returns the pages it may charge
+    /// (0 outside a fault).
+    pub(crate) fn take_room(&self, n: i64) -> i64 {
+        let (reserved, charged) = OWN.with(|c| c.get());
+        if reserved == 0 || n <= 0 {
             return 0;
         }
-        let before = self.fault_reserved.fetch_add(extra, AcqRel);
-        let over = self.usage_pages() + before + extra - self.limit_pages();
+        let left = (reserved - charged).max(0);
+        if left >= n {
+            return n;
+        }
+        let extra = n - left;
+        self.fault_reserved.fetch_add(extra, SeqCst);
+        let over = self.promised_pages() - self.limit_pages();
         let back = over.clamp(0, extra);
         if back > 0 {
-            self.fault_reserved.fetch_sub(back, AcqRel);
+            self.fault_reserved.fetch_sub(back, SeqCst);
         }
-        let granted = extra - back;
-        OWN_RESERVED.with(|c| c.set(c.get() + granted));
-        granted
+        OWN.with(|c| c.set((reserved + extra - back, charged)));
+        left + extra - back
     }
 
     /// Reclaim until usage is at most `target` pages; false if it gave up (nothing
@@ -124,6 +154,10 @@ impl Engine {
             if dropped >= need {
                 continue;
             }
+            // Pages under writeback count as not yet reclaimed: evicting ahead of
+            // the disk keeps a deep write queue and room for unit readahead
+            // (measured: throttling on writeback, as the kernel does, made
+            // swap-w-seq's second pass ~35% slower here, 2.3 s vs 1.7 s).
             let moved = self.evict_lru(ctx, need - dropped);
             ctx.ring.submit();
             if dropped > 0 || moved > 0 {
@@ -161,6 +195,27 @@ impl Engine {
             }
         }
         true
+    }
+
+    /// Slots of failed writes are never reused: a growable swap file grows by as
+    /// many, so that every committed page keeps a place. False when it cannot (a
+    /// fixed size or a device): pages without a slot then stay in RAM, over budget,
+    /// and the user is told once.
+    pub(crate) fn replace_bad_slots(&self) -> bool {
+        let bad = self.slots.bad_slots();
+        let grown = self.swap().fixed_size().is_none() && {
+            let committed = *self.committed.lock().unwrap_or_else(|p| p.into_inner());
+            let need = committed + (bad + UNIT_PAGES as u64) * PAGE_SIZE as u64;
+            self.swap().ensure(need).is_ok()
+        };
+        if grown {
+            self.slots.grow(self.swap().capacity() / PAGE_SIZE as u64);
+        } else if !self.swap_full_said.swap(true, Relaxed) {
+            eprintln!(
+                "uswap: swap full ({bad} slots lost to write errors): pages stay in RAM over budget"
+            );
+        }
+        grown
     }
 
     /// Evict whole units, oldest first, until at least `need` pages left the region.
@@ -303,9 +358,14 @@ impl Engine {
         }
         // 3. Slots for the dirty pages, and one gathered write per slot run.
         let mut slot_runs: Vec<SlotRun> = Vec::new();
-        let got = self
+        let mut got = self
             .slots
             .alloc(&mut ctx.cursor, dirty.len(), &mut slot_runs);
+        if got < dirty.len() && self.replace_bad_slots() {
+            got += self
+                .slots
+                .alloc(&mut ctx.cursor, dirty.len() - got, &mut slot_runs);
+        }
         let (to_write, unbacked) = dirty.split_at(got.min(dirty.len()));
         let mut next = 0;
         for run in &slot_runs {
@@ -315,7 +375,6 @@ impl Engine {
                 self.start_writeback(r, u, first + i as u64, run.start + k as Slot);
             }
             r.counters.write_requests.fetch_add(1, Relaxed);
-            self.writes_inflight.fetch_add(1, Relaxed);
             self.queue_io(
                 ctx,
                 Op::new(
@@ -442,7 +501,11 @@ impl Engine {
                     self.slots.clear_cache(slot);
                     self.slots.put(slot);
                     let mut one = Vec::new();
-                    if op.attempt == 0 && self.slots.alloc(&mut ctx.cursor, 1, &mut one) == 1 {
+                    let mut got = self.slots.alloc(&mut ctx.cursor, 1, &mut one);
+                    if got == 0 && self.replace_bad_slots() {
+                        got = self.slots.alloc(&mut ctx.cursor, 1, &mut one);
+                    }
+                    if op.attempt == 0 && got == 1 {
                         let s = one[0].start;
                         let e = Entry {
                             owner: Owner { region: r.id, page },
@@ -457,7 +520,6 @@ impl Engine {
                         u.set(i, PageState::Swapped(s));
                         let mut op2 = Op::new(OpKind::Write, r.clone(), vec![page], s);
                         op2.attempt = 1;
-                        self.writes_inflight.fetch_add(1, Relaxed);
                         self.queue_io(ctx, op2);
                     } else {
                         self.restore_page(&r, page);

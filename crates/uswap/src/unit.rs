@@ -27,7 +27,7 @@ use crate::pagemap::{PageState, RegionInner, UnitPages};
 use crate::slots::Slot;
 use crate::swap_cache::{CacheState, Entry, Owner};
 use crate::uffd::Wake;
-use crate::{StaleSlotPolicy, UnitPolicy, UNIT_PAGES, UNIT_SIZE};
+use crate::{ReadaheadPolicy, StaleSlotPolicy, UnitPolicy, UNIT_PAGES, UNIT_SIZE};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -99,20 +99,24 @@ impl Engine {
                 _ => return false,
             }
         }
-        let owner = Owner { region: r.id, page };
+        let unit_no = first / UNIT_PAGES as u64;
+        let last = r.last_whole_unit.load(Relaxed);
+        // A stream through whole units, and its direction (for unit readahead).
+        let forward = last == unit_no.wrapping_sub(1);
+        let backward = last == unit_no + 1;
         if u.unit_reads > 0 {
-            // The unit is on its way in: one read for everybody.
+            // The unit is on its way in (read ahead, or by another fault): one read
+            // for everybody; its last part maps the unit and wakes them all. (Parts
+            // already in are clean entries: not a cache hit to take page by page.)
             u.unit_write |= write;
-            self.cache.fault_lookup(slots[i_fault], owner, write);
+            u.unit_waited = true;
+            self.unit_ra_hit(r, u);
+            r.last_whole_unit.store(unit_no, Relaxed);
+            self.unit_readahead(ctx, r, unit_no, forward, backward);
             return true;
         }
-        if r.policy.unit == UnitPolicy::Auto {
-            let unit_no = first / UNIT_PAGES as u64;
-            let last = r.last_whole_unit.load(Relaxed);
-            let sequential = i_fault == 0 || last == unit_no.wrapping_sub(1) || last == unit_no + 1;
-            if !sequential {
-                return false;
-            }
+        if r.policy.unit == UnitPolicy::Auto && !(i_fault == 0 || forward || backward) {
+            return false;
         }
         let (mut clean, mut absent) = (0, 0);
         for &s in &slots {
@@ -128,7 +132,10 @@ impl Engine {
             }
             r.counters.minflt.fetch_add(1, Relaxed);
             r.counters.swapcache_hit.fetch_add(1, Relaxed);
+            self.unit_ra_hit(r, u);
             self.map_unit(r, u, first, &slots, write);
+            r.last_whole_unit.store(unit_no, Relaxed);
+            self.unit_readahead(ctx, r, unit_no, forward, backward);
             return true;
         }
         if absent != UNIT_PAGES {
@@ -137,24 +144,51 @@ impl Engine {
             return false;
         }
         r.counters.majflt.fetch_add(1, Relaxed);
+        self.queue_unit_read(ctx, r, u, first, &slots, Some((i_fault, write)));
+        r.last_whole_unit.store(unit_no, Relaxed);
+        self.unit_readahead(ctx, r, unit_no, forward, backward);
+        true
+    }
+
+    /// A fault found its unit read ahead: count the unit's pages as hits, once.
+    fn unit_ra_hit(&self, r: &RegionInner, u: &mut UnitPages) {
+        if std::mem::take(&mut u.prefetched) {
+            r.counters.swap_ra_hit.fetch_add(UNIT_PAGES as u64, Relaxed);
+        }
+    }
+
+    /// Read a unit swapped out whole into the swap cache: one entry per page (the
+    /// faulting one waits, if any), one request per run of consecutive slots (one
+    /// for a unit written whole). The last part's completion maps the unit if a
+    /// fault wants it.
+    fn queue_unit_read(
+        &self,
+        ctx: &mut ThreadCtx,
+        r: &Arc<RegionInner>,
+        u: &mut UnitPages,
+        first: u64,
+        slots: &[Slot; UNIT_PAGES],
+        fault: Option<(usize, bool)>,
+    ) {
         for (i, &s) in slots.iter().enumerate() {
             let p = first + i as u64;
+            let waits = fault.is_some_and(|(f, _)| f == i);
             let e = Entry {
                 owner: Owner {
                     region: r.id,
                     page: p,
                 },
                 state: CacheState::Reading,
-                readahead: false,
-                waiters: i == i_fault,
-                write: write && i == i_fault,
+                readahead: fault.is_none(),
+                waiters: waits,
+                write: waits && fault.is_some_and(|(_, w)| w),
             };
             self.cache.insert(s, e);
             self.slots.set_cache(s);
         }
         self.charge(&self.cached, UNIT_PAGES as i64);
-        u.unit_write = write;
-        // One request per run of consecutive slots: one for a unit written whole.
+        u.unit_waited = fault.is_some();
+        u.unit_write = fault.is_some_and(|(_, w)| w);
         let mut a = 0;
         while a < UNIT_PAGES {
             let mut b = a + 1;
@@ -173,8 +207,66 @@ impl Engine {
             self.queue_io(ctx, op);
             a = b;
         }
-        r.last_whole_unit.store(first / UNIT_PAGES as u64, Relaxed);
-        true
+    }
+
+    /// Unit readahead (beyond the kernel, which never swaps in whole): a fault in a
+    /// stream through whole units also reads the next `readahead_units` units in
+    /// the stream's direction into the swap cache, so that the disk reads them while
+    /// the program works on this one. Only units wholly swapped out and not cached,
+    /// only with room (`take_room`), only units whose lock is free (never wait
+    /// on a second unit lock). A unit nobody faults on is dropped clean by reclaim.
+    fn unit_readahead(
+        &self,
+        ctx: &mut ThreadCtx,
+        r: &Arc<RegionInner>,
+        unit_no: u64,
+        forward: bool,
+        backward: bool,
+    ) {
+        let n = self.cfg.readahead_units as u64;
+        if n == 0 || r.policy.readahead == ReadaheadPolicy::Off || !(forward || backward) {
+            return;
+        }
+        for k in 1..=n {
+            let m = if forward {
+                unit_no + k
+            } else {
+                match unit_no.checked_sub(k) {
+                    Some(m) => m,
+                    None => break,
+                }
+            };
+            let Some(unit) = r.units.get(m as usize) else {
+                break;
+            };
+            let Some(mut g) = unit.try_lock() else {
+                break;
+            };
+            if r.is_dead() {
+                break;
+            }
+            if g.unit_reads > 0 {
+                continue; // already on its way
+            }
+            let mut slots = [0 as Slot; UNIT_PAGES];
+            let whole = (0..UNIT_PAGES).all(|i| match g.get(i) {
+                PageState::Swapped(x) if self.cache.get(x).is_none() => {
+                    slots[i] = x;
+                    true
+                }
+                _ => false,
+            });
+            if !whole {
+                continue; // resident or partly cached: the stream goes on past it
+            }
+            if self.take_room(UNIT_PAGES as i64) < UNIT_PAGES as i64 {
+                break;
+            }
+            let first = m * UNIT_PAGES as u64;
+            self.queue_unit_read(ctx, r, &mut g, first, &slots, None);
+            g.prefetched = true;
+            r.counters.swap_ra.fetch_add(UNIT_PAGES as u64, Relaxed);
+        }
     }
 
     /// Move a unit whose every page is in the shadow into the region, whole. The
@@ -219,7 +311,8 @@ impl Engine {
         self.lru_add(r, first, u);
     }
 
-    /// One part of a whole-unit read finished; the last part maps the unit.
+    /// One part of a whole-unit read finished; the last part maps the unit if a
+    /// fault wants it (a unit read ahead stays clean in the swap cache).
     pub(crate) fn complete_unit_read(&self, ctx: &mut ThreadCtx, op: Op, res: i32) {
         let Some((op, ok)) = self.retry_failed_read(ctx, op, res) else {
             return;
@@ -228,7 +321,8 @@ impl Engine {
         let first = op.pages[0] - op.pages[0] % UNIT_PAGES as u64;
         let mut u = r.unit_of(first).lock();
         u.unit_reads -= 1;
-        let mut lost = false;
+        // Does a fault wait for this unit? (Asked only on an error.)
+        let mut wanted: Option<bool> = None;
         for (k, &p) in op.pages.iter().enumerate() {
             let slot = op.slot + k as u64;
             if r.is_dead() {
@@ -238,51 +332,68 @@ impl Engine {
             } else if ok {
                 r.counters.pswpin.fetch_add(1, Relaxed);
                 self.cache.finish_io(slot);
-            } else {
+            } else if *wanted.get_or_insert_with(|| self.unit_wanted(&u)) {
                 // Lost on the backend: the page raises SIGBUS (like kernel swap).
                 self.drop_cache_entry(slot);
                 self.dontneed(&[(r.shadow_addr(p), crate::PAGE_SIZE)]);
                 u.set((p - first) as usize, PageState::Poisoned);
                 self.slots.put(slot);
                 let _ = self.uffd.poison(r.page_addr(p), crate::PAGE_SIZE);
-                lost = true;
+            } else {
+                // Read ahead, nobody waits: forget the copy; a fault reads it again.
+                self.drop_cache_entry(slot);
+                self.dontneed(&[(r.shadow_addr(p), crate::PAGE_SIZE)]);
             }
         }
         if u.unit_reads > 0 || r.is_dead() {
             return;
         }
-        // All parts in: take every entry out and map.
+        let wanted = self.unit_wanted(&u);
+        u.unit_waited = false;
+        // All parts in: every page swapped with its copy in the cache maps whole.
         let mut slots = [0 as Slot; UNIT_PAGES];
         let mut whole = true;
-        let mut write = u.unit_write;
         for (i, s) in slots.iter_mut().enumerate() {
             match u.get(i) {
-                PageState::Swapped(x) => {
-                    *s = x;
-                    if let Some(e) = self.cache.get(x) {
-                        write |= e.write;
-                    }
-                }
+                PageState::Swapped(x) if self.cache.get(x).is_some() => *s = x,
                 _ => whole = false,
             }
         }
-        let _ = lost;
-        if whole {
+        let write = u.unit_write
+            || slots
+                .iter()
+                .any(|&s| self.cache.get(s).is_some_and(|e| e.write));
+        if whole && wanted {
             for &s in &slots {
                 self.cache.remove(s);
             }
             self.map_unit(&r, &mut u, first, &slots, write);
             return;
         }
-        // Some pages were lost: map the survivors page by page.
-        for (i, &s) in slots.iter().enumerate() {
+        for i in 0..UNIT_PAGES {
             if let PageState::Swapped(x) = u.get(i) {
-                if self.cache.remove(x).is_some() {
-                    self.map_cached(&r, &mut u, first + i as u64, &[s], write);
+                if self.cache.get(x).is_none() {
+                    continue;
+                }
+                if wanted {
+                    // Some pages were lost: map the survivors page by page.
+                    self.cache.remove(x);
+                    self.map_cached(&r, &mut u, first + i as u64, &[x], write);
+                } else {
+                    // Read ahead and no fault yet: the copies stay clean in the swap
+                    // cache, where a fault maps them whole, or reclaim drops them.
+                    self.push_inactive(r.id, first + i as u64, x);
                 }
             }
         }
-        self.lru_add(&r, first, &u);
+        if wanted {
+            self.lru_add(&r, first, &u);
+        }
+    }
+
+    /// A fault waits for this unit's read.
+    fn unit_wanted(&self, u: &UnitPages) -> bool {
+        u.unit_waited || u.unit_write
     }
 
     /// Eviction of a fully resident unit (already moved to the shadow): one cluster,
@@ -329,7 +440,6 @@ impl Engine {
         }
         r.counters.write_requests.fetch_add(1, Relaxed);
         r.counters.thp_swpout.fetch_add(1, Relaxed);
-        self.writes_inflight.fetch_add(1, Relaxed);
         self.queue_io(
             ctx,
             Op::new(
