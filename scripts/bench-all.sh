@@ -49,6 +49,9 @@ units)
     run "units-swap-w-seq-$u" $U bench swap-w-seq --size $SIZE --budget $BUDGET --unit $u --json
     run "units-seq-read-$u" $U bench seq-read --size $SIZE --budget $BUDGET --unit $u --json
   done
+  # Unit readahead off, for the comparison with the default (2 units ahead).
+  run "units-swap-w-seq-2m-ra0" $U bench swap-w-seq --size $SIZE --budget $BUDGET --unit 2m --ra-units 0 --json
+  run "units-seq-read-2m-ra0" $U bench seq-read --size $SIZE --budget $BUDGET --unit 2m --ra-units 0 --json
   ;;
 readahead)
   for ra in vma cluster; do
@@ -60,13 +63,17 @@ readahead)
   run "ra-seq-read-vma-stream" $U bench seq-read --size 1G --budget $BUDGET --unit 4k --readahead vma --ra-stream on --json
   ;;
 against)
-  # Kernel swap file: every workload x {4k, 2m}; zram: the headline pair.
-  for u in 4k 2m; do for w in swap-w-seq pmbench seq-read; do
+  # Kernel swap file: every workload x {4k, 2m}; zram: the headline pair x {4k, 2m};
+  # the kernel in SSD mode (queue/rotational=0) on the sequential pair.
+  for u in 4k 2m; do for w in swap-w-seq swap-w-rand pmbench seq-read; do
     run "against-kernel-$u-$w" $U bench $w --size $ASIZE --budget $ABUDGET --unit $u --duration $DUR --against kernel --repeat $REPEAT --json --plot "$OUT/against-kernel-$u-$w.png"
   done; done
-  for w in swap-w-seq pmbench; do
-    run "against-zram-4k-$w" $U bench $w --size $ASIZE --budget $ABUDGET --unit 4k --duration $DUR --against zram --repeat $REPEAT --json --plot "$OUT/against-zram-4k-$w.png"
-  done
+  for u in 4k 2m; do for w in swap-w-seq pmbench; do
+    run "against-zram-$u-$w" $U bench $w --size $ASIZE --budget $ABUDGET --unit $u --duration $DUR --against zram --repeat $REPEAT --json --plot "$OUT/against-zram-$u-$w.png"
+  done; done
+  for u in 4k 2m; do for w in swap-w-seq; do
+    run "against-kernelssd-$u-$w" $U bench $w --size $ASIZE --budget $ABUDGET --unit $u --duration $DUR --against kernel --kernel-ssd --repeat $REPEAT --json --plot "$OUT/against-kernelssd-$u-$w.png"
+  done; done
   ;;
 esac; done
 log "done"

@@ -40,6 +40,10 @@ def f(v, nd=1):
     return "—" if v is None else f"{v:,.{nd}f}"
 
 
+def n(v):
+    return "—" if v is None else f"{v:,.0f}"
+
+
 def mib(b):
     return "—" if b is None else f"{b / 2**20:,.0f} MiB"
 
@@ -72,18 +76,21 @@ for wl in ["swap-w-seq", "pmbench", "seq-read"]:
 w("")
 
 w("### 2 MiB units vs 4 KiB (issue 3): 2 GiB region, 256 MiB budget\n")
-w("| workload | unit | MB/s | write requests | avg write size | read requests | avg read size | thp_swpout / fallback | thp_swpin | verify |\n|---|---|---|---|---|---|---|---|---|---|")
+w("| workload | unit | MB/s | phases (s) | write requests | avg write size | read requests | avg read size | thp_swpout / fallback | thp_swpin | swap_ra_hit / swap_ra | verify |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
 for wl in ["swap-w-seq", "seq-read"]:
-    for u in ["4k", "2m", "auto"]:
+    for u in ["4k", "2m", "2m-ra0", "auto"]:
         a = load(f"units-{wl}-{u}")
         if not a:
             continue
+        ph = " / ".join(f"{p['seconds']:.2f}" for p in a.get("phases") or [] if p.get("measured"))
         c = a["counters"]
         wr, rd = c.get("write_requests") or 0, c.get("read_requests") or 0
         aw = f"{c['pswpout'] * 4 / wr:,.0f} KiB" if wr else "—"
         ar = f"{c['pswpin'] * 4 / rd:,.0f} KiB" if rd else "—"
-        w(f"| {wl} | {u} | {f(a.get('throughput_MBps'), 0)} | {wr:,} | {aw} | {rd:,} | {ar} | "
-          f"{c.get('thp_swpout')} / {c.get('thp_swpout_fallback')} | {c.get('thp_swpin')} | {a.get('verify')} |")
+        label = "2m, --ra-units 0" if u == "2m-ra0" else u
+        w(f"| {wl} | {label} | {f(a.get('throughput_MBps'), 0)} | {ph} | {wr:,} | {aw} | {rd:,} | {ar} | "
+          f"{c.get('thp_swpout')} / {c.get('thp_swpout_fallback')} | {c.get('thp_swpin')} | "
+          f"{c.get('swap_ra_hit')} / {c.get('swap_ra')} | {a.get('verify')} |")
 w("")
 
 w("### Readahead (issue 4): 1 GiB region, 256 MiB budget, 4 KiB units\n")
@@ -115,7 +122,9 @@ w("### Side by side with kernel swap (issue 5): 512 MiB region, 128 MiB budget, 
 w("Kernel: plain anonymous memory in a memcg of budget + 64 MiB with a swap file on the same ext4 "
   "(or zram); uswap: the same workload in a memcg of the same limit, kernel swap off.\n")
 w("| backend | unit | workload | kernel | uswap | uswap/kernel | kernel pswpout / thp_swpout / swap_ra_hit | plot |\n|---|---|---|---|---|---|---|---|")
-for back, units, wls in [("kernel", ["4k", "2m"], ["swap-w-seq", "pmbench", "seq-read"]), ("zram", ["4k"], ["swap-w-seq", "pmbench"])]:
+for back, units, wls in [("kernel", ["4k", "2m"], ["swap-w-seq", "swap-w-rand", "pmbench", "seq-read"]),
+                         ("kernelssd", ["4k", "2m"], ["swap-w-seq"]),
+                         ("zram", ["4k", "2m"], ["swap-w-seq", "pmbench"])]:
     for u in units:
         for wl in wls:
             name = f"against-{back}-{u}-{wl}"
@@ -129,8 +138,9 @@ for back, units, wls in [("kernel", ["4k", "2m"], ["swap-w-seq", "pmbench", "seq
             ratio = (uv / kv) if kv and uv else None
             unit_label = "accesses/s" if wl == "pmbench" else "MB/s"
             vm = k.get("counters_median") or {}
-            w(f"| {'swap file' if back == 'kernel' else 'zram'} | {u} | {wl} | {f(kv, 0)} {unit_label} | {f(uv, 0)} {unit_label} | "
-              f"{f(ratio, 2)}× | {vm.get('pswpout', '—')} / {vm.get('thp_swpout', '—')} / {vm.get('swap_ra_hit', '—')} | "
+            blabel = {"kernel": "swap file", "kernelssd": "swap file, kernel in SSD mode", "zram": "zram"}[back]
+            w(f"| {blabel} | {u} | {wl} | {f(kv, 0)} {unit_label} | {f(uv, 0)} {unit_label} | "
+              f"{f(ratio, 2)}× | {n(vm.get('pswpout'))} / {n(vm.get('thp_swpout'))} / {n(vm.get('swap_ra_hit'))} | "
               f"[png](bench-data/{name}.png) |")
 w("")
 print("\n".join(out))
