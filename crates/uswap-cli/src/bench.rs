@@ -351,7 +351,7 @@ pub struct BenchArgs {
 
     /// Beyond the kernel: a stream of faults through units swapped out whole also
     /// reads the next N units ahead (2 MiB each), so the disk reads while the program
-    /// works, 0-16 [default: 2; none with --readahead off].
+    /// works, 0-16 [default: 2; at most 1/16 of the budget; none with --readahead off].
     #[arg(long, value_name = "N", default_value_t = 2, hide_default_value = true, value_parser = clap::value_parser!(u32).range(0..=16))]
     pub ra_units: u32,
 

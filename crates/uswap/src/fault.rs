@@ -68,7 +68,7 @@ impl Engine {
             let last = r.last_whole_unit.load(Relaxed);
             let stream = last == unit_no.wrapping_sub(1) || last == unit_no + 1;
             let ahead = if stream && r.policy.readahead != ReadaheadPolicy::Off {
-                self.cfg.readahead_units as i64
+                self.units_ahead() as i64
             } else {
                 0
             };

@@ -153,7 +153,8 @@ impl PoolBuilder {
 
     /// Beyond the kernel: when faults stream through units swapped out whole, read
     /// this many following units ahead (0-16, default 2), so that the disk reads
-    /// the next unit while the program works on this one. Off with readahead off.
+    /// the next unit while the program works on this one. At most a sixteenth of the
+    /// budget; off with readahead off.
     pub fn readahead_units(mut self, n: u32) -> Self {
         self.readahead_units = n.min(16);
         self

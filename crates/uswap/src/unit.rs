@@ -150,6 +150,14 @@ impl Engine {
         true
     }
 
+    /// Units a stream reads ahead: `readahead_units`, but at most a sixteenth of the
+    /// budget, so that in a small budget reading ahead does not evict what the
+    /// program is working on (a 16 MiB budget reads none ahead, 256 MiB up to 8).
+    pub(crate) fn units_ahead(&self) -> u64 {
+        let cap = self.limit_pages().max(0) as u64 / (16 * UNIT_PAGES as u64);
+        (self.cfg.readahead_units as u64).min(cap)
+    }
+
     /// A fault found its unit read ahead: count the unit's pages as hits, once.
     fn unit_ra_hit(&self, r: &RegionInner, u: &mut UnitPages) {
         if std::mem::take(&mut u.prefetched) {
@@ -223,7 +231,7 @@ impl Engine {
         forward: bool,
         backward: bool,
     ) {
-        let n = self.cfg.readahead_units as u64;
+        let n = self.units_ahead();
         if n == 0 || r.policy.readahead == ReadaheadPolicy::Off || !(forward || backward) {
             return;
         }

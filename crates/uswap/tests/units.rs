@@ -140,16 +140,25 @@ fn swapped_in_units_are_real_thps() {
     }
     let p = Pool::builder().budget(16 * MIB).build().unwrap();
     let r = p.region_with(64 * MIB, opts(UnitPolicy::Huge)).unwrap();
-    fill(r.as_words(), 7);
-    // The first units were swapped out by the later ones; touch two of them again.
     let words = r.as_words();
     let unit_words = (2 * MIB / 8) as usize;
-    check(&words[..2 * unit_words], 7, "first units");
-    assert!(r.counters().thp_swpin >= 2, "{:?}", r.counters());
-    let kb = anon_huge_kb(r.as_ptr() as usize, r.len()).expect("region in smaps");
-    assert!(
-        kb >= 2048,
-        "no AnonHugePages after whole-unit swap-in: {kb} kB"
+    // A THP is the kernel's to give: under memory pressure from the tests running
+    // beside this one it may give 4 KiB pages once. Three rounds, one must show it.
+    let mut seen = Vec::new();
+    for round in 0..3u64 {
+        fill(words, 7 + round);
+        // The first units were swapped out by the later ones; touch two of them again.
+        check(&words[..2 * unit_words], 7 + round, "first units");
+        let kb = anon_huge_kb(r.as_ptr() as usize, r.len()).expect("region in smaps");
+        if kb >= 2048 {
+            assert!(r.counters().thp_swpin >= 2, "{:?}", r.counters());
+            return;
+        }
+        seen.push(kb);
+    }
+    panic!(
+        "no AnonHugePages after whole-unit swap-in in 3 rounds: {seen:?} kB; {:?}",
+        r.counters()
     );
 }
 
@@ -160,11 +169,11 @@ fn swapped_in_units_are_real_thps() {
 fn unit_readahead_streams_are_exact_and_hit() {
     for ahead in [2u32, 0] {
         let p = Pool::builder()
-            .budget(32 * MIB)
+            .budget(48 * MIB)
             .readahead_units(ahead)
             .build()
             .unwrap();
-        let r = p.region_with(96 * MIB, opts(UnitPolicy::Huge)).unwrap();
+        let r = p.region_with(128 * MIB, opts(UnitPolicy::Huge)).unwrap();
         let words = r.as_words();
         fill(words, 40);
         check(words, 40, "forward");
@@ -193,14 +202,14 @@ fn unit_readahead_streams_are_exact_and_hit() {
 #[test]
 fn unit_readahead_under_read_errors_is_exact() {
     let p = Pool::builder()
-        .budget(32 * MIB)
+        .budget(48 * MIB)
         .inject_io_errors(uswap::FaultInjection {
             fail_read_every: 3,
             fail_write_every: 0,
         })
         .build()
         .unwrap();
-    let r = p.region_with(96 * MIB, opts(UnitPolicy::Huge)).unwrap();
+    let r = p.region_with(128 * MIB, opts(UnitPolicy::Huge)).unwrap();
     fill(r.as_words(), 50);
     check(r.as_words(), 50, "first read");
     fill(r.as_words(), 51);
