@@ -66,13 +66,13 @@ fn huge_and_small_regions_in_one_pool_are_exact() {
     assert_eq!(small.counters().thp_swpout, 0);
 }
 
-#[test]
-fn fragmented_swap_falls_back_and_stays_exact() {
-    // The swap file holds exactly the two regions. The 4 KiB region fills 40 of its
-    // 48 clusters, the 2 MiB region the other 8; then every other 4 KiB page is
-    // discarded: plenty of free slots, but in no cluster wholly free. Stale copies are
-    // kept until reclaim, so a rewritten unit cannot get its own cluster back either:
-    // its next swap-out must fall back to 4 KiB slots, and the data must stay exact.
+/// A pool whose swap file is fragmented. The swap file holds exactly the two regions.
+/// The 4 KiB region fills 40 of its 48 clusters, the 2 MiB region the other 8; then
+/// every other 4 KiB page is discarded: plenty of free slots, but in no cluster wholly
+/// free. Stale copies are kept until reclaim, so a rewritten unit cannot get its own
+/// cluster back either: the 2 MiB region, rewritten with seed 6, swaps out through
+/// 4 KiB fallback slots (and reads back in several parts).
+fn fragmented() -> (Pool, uswap::Region, uswap::Region) {
     let p = Pool::builder()
         .budget(16 * MIB)
         .swap_size(96 * MIB)
@@ -88,6 +88,12 @@ fn fragmented_swap_falls_back_and_stays_exact() {
         small.discard(page * 4096, 4096).unwrap();
     }
     fill(huge.as_words(), 6);
+    (p, small, huge)
+}
+
+#[test]
+fn fragmented_swap_falls_back_and_stays_exact() {
+    let (_p, small, huge) = fragmented();
     fill(&small.as_words()[..2 * 512], 4);
     check(huge.as_words(), 6, "huge under fragmentation");
     let c = huge.counters();
@@ -233,21 +239,7 @@ fn concurrent_faults_on_a_unit_read_in_parts() {
             std::process::exit(101);
         }
     });
-    let p = Pool::builder()
-        .budget(16 * MIB)
-        .swap_size(96 * MIB)
-        .stale_slot_policy(StaleSlotPolicy::KeepUntilReclaim)
-        .build()
-        .unwrap();
-    let small = p.region_with(80 * MIB, opts(UnitPolicy::Small)).unwrap();
-    let huge = p.region_with(16 * MIB, opts(UnitPolicy::Huge)).unwrap();
-    fill(small.as_words(), 4);
-    fill(huge.as_words(), 5);
-    fill(&small.as_words()[..2 * 512], 4);
-    for page in (0..small.len() / 4096).step_by(2) {
-        small.discard(page * 4096, 4096).unwrap();
-    }
-    fill(huge.as_words(), 6); // written back through fallback slots: reads in parts
+    let (_p, small, huge) = fragmented(); // its units read back in parts
     for _ in 0..3 {
         fill(&small.as_words()[..8 * MIB as usize / 8], 4); // push the units out
         let words = huge.as_words();
