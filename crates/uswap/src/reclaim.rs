@@ -14,7 +14,7 @@
 //! first, with one process_madvise per unit. A fault on a page still in the cache is
 //! the cheap second chance.
 
-use crate::engine::{Engine, ThreadCtx};
+use crate::engine::{CachedRef, Engine, ThreadCtx};
 use crate::io::{Op, OpKind};
 use crate::pagemap::{PageState, RegionInner, UnitPages};
 use crate::slots::{Slot, SlotRun};
@@ -435,8 +435,30 @@ impl Engine {
                 if let Some(r) = self.region_by_id(rid) {
                     let u = r.unit_of(batch[i].page).lock();
                     if !r.is_dead() {
+                        // A unit's shadow is one THP under `Huge`: drop all of its clean
+                        // pages at once. Dropping part would split the THP and leave a
+                        // page table that keeps every later read into this unit in
+                        // 4 KiB pages (no THP swap-in there again). The unit's other
+                        // list entries go stale and are skipped when popped.
+                        let whole: Vec<CachedRef>;
+                        let refs = if r.policy.unit == crate::UnitPolicy::Huge {
+                            let first = unit_no * UNIT_PAGES as u64;
+                            whole = (0..UNIT_PAGES)
+                                .filter_map(|k| match u.get(k) {
+                                    PageState::Swapped(slot) => Some(CachedRef {
+                                        region: rid,
+                                        page: first + k as u64,
+                                        slot,
+                                    }),
+                                    _ => None,
+                                })
+                                .collect();
+                            &whole[..]
+                        } else {
+                            &batch[i..j]
+                        };
                         let mut ranges: Vec<(usize, usize)> = Vec::new();
-                        for c in &batch[i..j] {
+                        for c in refs {
                             if u.get(c.page as usize % UNIT_PAGES) != PageState::Swapped(c.slot) {
                                 continue;
                             }
