@@ -538,17 +538,7 @@ impl Engine {
                             self.cache.remove(s);
                             self.slots.clear_cache(s);
                             self.slots.put(s);
-                            self.restore_page(r, p);
-                            u.set(
-                                i,
-                                PageState::Resident {
-                                    dirty: true,
-                                    slot: None,
-                                },
-                            );
-                            u.resident += 1;
-                            self.cached.fetch_sub(1, Relaxed);
-                            self.resident.fetch_add(1, Relaxed);
+                            self.restore_dirty(r, &mut u, p);
                         }
                         _ => {}
                     },

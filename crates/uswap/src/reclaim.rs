@@ -544,17 +544,7 @@ impl Engine {
                         op2.attempt = 1;
                         self.queue_io(ctx, op2);
                     } else {
-                        self.restore_page(&r, page);
-                        u.set(
-                            i,
-                            PageState::Resident {
-                                dirty: true,
-                                slot: None,
-                            },
-                        );
-                        u.resident += 1;
-                        self.cached.fetch_sub(1, Relaxed);
-                        self.resident.fetch_add(1, Relaxed);
+                        self.restore_dirty(&r, &mut u, page);
                         self.lru_add(&r, page, &u);
                     }
                 }
@@ -606,6 +596,23 @@ impl Engine {
 
     /// Put a page held in the shadow back into the region, writable (it stays dirty):
     /// move it, or copy it where it cannot move. Never drops the data.
+    /// A page held in the shadow as cache (its write failed or may never finish) goes
+    /// back into the region, dirty and without a slot; the unit lock is held.
+    pub(crate) fn restore_dirty(&self, r: &RegionInner, u: &mut UnitPages, p: u64) {
+        self.restore_page(r, p);
+        u.set(
+            p as usize % UNIT_PAGES,
+            PageState::Resident {
+                dirty: true,
+                slot: None,
+            },
+        );
+        u.resident += 1;
+        // A move between gauges: `used` does not change.
+        self.cached.fetch_sub(1, Relaxed);
+        self.resident.fetch_add(1, Relaxed);
+    }
+
     pub(crate) fn restore_page(&self, r: &RegionInner, p: u64) {
         let (dst, src) = (r.page_addr(p), r.shadow_addr(p));
         if self
