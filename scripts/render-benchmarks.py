@@ -124,7 +124,7 @@ w("Kernel: plain anonymous memory in a memcg of budget + 64 MiB with a swap file
 w("| backend | unit | workload | kernel | uswap | uswap/kernel | kernel pswpout / thp_swpout / swap_ra_hit | plot |\n|---|---|---|---|---|---|---|---|")
 for back, units, wls in [("kernel", ["4k", "2m"], ["swap-w-seq", "swap-w-rand", "pmbench", "seq-read"]),
                          ("kernelssd", ["4k", "2m"], ["swap-w-seq"]),
-                         ("zram", ["4k", "2m"], ["swap-w-seq", "pmbench"])]:
+                         ("zram", ["4k", "2m"], ["swap-w-seq", "swap-w-rand", "pmbench", "seq-read"])]:
     for u in units:
         for wl in wls:
             name = f"against-{back}-{u}-{wl}"
@@ -139,7 +139,11 @@ for back, units, wls in [("kernel", ["4k", "2m"], ["swap-w-seq", "swap-w-rand", 
             unit_label = "accesses/s" if wl == "pmbench" else "MB/s"
             vm = k.get("counters_median") or {}
             blabel = {"kernel": "swap file", "kernelssd": "swap file, kernel in SSD mode", "zram": "zram"}[back]
-            w(f"| {blabel} | {u} | {wl} | {f(kv, 0)} {unit_label} | {f(uv, 0)} {unit_label} | "
+            killed = k.get("oom_killed_runs") or 0
+            kcell = f"{f(kv, 0)} {unit_label}" if kv is not None else "—"
+            if killed:
+                kcell += f" (OOM-killed in {killed} of {a.get('repeat')} runs)"
+            w(f"| {blabel} | {u} | {wl} | {kcell} | {f(uv, 0)} {unit_label} | "
               f"{f(ratio, 2)}× | {n(vm.get('pswpout'))} / {n(vm.get('thp_swpout'))} / {n(vm.get('swap_ra_hit'))} | "
               f"[png](bench-data/{name}.png) |")
 w("")

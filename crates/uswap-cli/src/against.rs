@@ -16,7 +16,12 @@
 //! with no kernel swap and says whether the OOM killer struck: the "honest budget" check.
 //!
 //! Environment (for tests and partial runs):
-//! * `USWAP_BENCH_FAIL_SIDE=uswap|kernel`: that side's child gets a bogus argument and fails.
+//! * `USWAP_BENCH_FAIL_SIDE=uswap|kernel`: that side's child gets a bogus argument and fails;
+//!   `kernel-oom`: the kernel side's memcg may not swap, so that it is OOM-killed.
+//!
+//! A kernel side OOM-killed in its memcg is a result, not a failure: the report counts
+//! such runs and gives medians over the runs that finished. An OOM-killed uswap side is
+//! an error (uswap promises to hold the budget).
 //! * `USWAP_BENCH_SIDES=kernel|uswap`: run only that side (no ratios).
 //! * `USWAP_CGROUP_VERSION=v1|v2`: force a cgroup interface.
 //! * `USWAP_BENCH_TIMEOUT=SECONDS`: kill a child that runs longer (default 1800).
@@ -238,6 +243,8 @@ struct RunOut {
     oom: OomStats,
     memcg_peak: Option<u64>,
     zram_mem_used_max: Option<u64>,
+    /// The kernel side was OOM-killed in its memcg (`bench` is null).
+    oom_killed: bool,
 }
 
 /// "; last output:\n<the last lines>", or nothing when there was no output.
@@ -271,7 +278,9 @@ fn run_side(
     ks: Option<&mut KernelSwap>,
 ) -> Result<RunOut, String> {
     check_interrupted()?;
+    let oom_test = std::env::var("USWAP_BENCH_FAIL_SIDE").ok().as_deref() == Some("kernel-oom");
     let swap = match side {
+        Side::Kernel if oom_test => SwapPolicy::Forbidden,
         Side::Kernel => SwapPolicy::Allowed,
         Side::Uswap => SwapPolicy::Forbidden,
     };
@@ -321,6 +330,18 @@ fn run_side(
             side.name(),
             tail(&out, 10)
         ));
+    }
+    if oom.oom_kill > 0 && side == Side::Kernel {
+        return Ok(RunOut {
+            side,
+            bench: Value::Null,
+            wall_s,
+            vmstat: kswap::vmstat_delta(&before, &after),
+            oom,
+            memcg_peak,
+            zram_mem_used_max,
+            oom_killed: true,
+        });
     }
     if oom.oom_kill > 0 {
         return Err(format!(
@@ -379,6 +400,7 @@ fn run_side(
         oom,
         memcg_peak,
         zram_mem_used_max,
+        oom_killed: false,
     })
 }
 
@@ -536,6 +558,7 @@ fn run_json(r: &RunOut) -> Value {
     o.insert("memcg_peak_bytes".into(), json!(r.memcg_peak));
     o.insert("memcg_limit_hits".into(), json!(r.oom.limit_hits));
     o.insert("oom_kill".into(), json!(r.oom.oom_kill));
+    o.insert("oom_killed".into(), json!(r.oom_killed));
     if let Some(z) = r.zram_mem_used_max {
         o.insert("zram_mem_used_max_bytes".into(), json!(z));
     }
@@ -649,7 +672,12 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
                 i + 1,
                 side.name(),
                 r.wall_s,
-                if side == Side::Kernel {
+                if r.oom_killed {
+                    format!(
+                        ", OOM-killed in its memory cgroup (limit {}): counted, not measured",
+                        fs(limit)
+                    )
+                } else if side == Side::Kernel {
                     format!(
                         ", pswpout {} pswpin {}",
                         r.vmstat.get("pswpout").unwrap_or(&0),
@@ -679,8 +707,15 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     }
 
     // Medians and ratios.
-    let of = |s: Side| runs.iter().filter(|r| r.side == s).collect::<Vec<_>>();
+    // Medians over the runs that finished; OOM-killed kernel runs are counted.
+    let of = |s: Side| {
+        runs.iter()
+            .filter(|r| r.side == s && !r.oom_killed)
+            .collect::<Vec<_>>()
+    };
     let (kr, ur) = (of(Side::Kernel), of(Side::Uswap));
+    let killed = |s: Side| runs.iter().filter(|r| r.side == s && r.oom_killed).count();
+    let kernel_killed = killed(Side::Kernel);
     let km = medians(&kr.iter().map(|r| metrics(r)).collect::<Vec<_>>());
     let um = medians(&ur.iter().map(|r| metrics(r)).collect::<Vec<_>>());
     let kc = medians(&kr.iter().map(|r| counters(r)).collect::<Vec<_>>());
@@ -716,6 +751,23 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             .collect::<Vec<_>>()
             .join(" ")
     };
+    if kernel_killed > 0 {
+        table.push(format!(
+            "{} side: OOM-killed in its memory cgroup (limit {}) in {kernel_killed} of {repeat} \
+             run(s){}",
+            kind.name(),
+            fs(limit),
+            if kr.is_empty() {
+                ": the kernel could not run this workload in this limit (no kernel figures)"
+                    .to_string()
+            } else {
+                format!(
+                    "; its medians are over the {} run(s) that finished",
+                    kr.len()
+                )
+            }
+        ));
+    }
     if !kr.is_empty() {
         table.push(format!(
             "{} side, /proc/vmstat deltas (median): {}",
@@ -760,9 +812,10 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             .into(),
     );
 
-    let side_json = |rs: &[&RunOut], m: &BTreeMap<String, f64>, c: &BTreeMap<String, f64>| {
+    let side_json = |s: Side, m: &BTreeMap<String, f64>, c: &BTreeMap<String, f64>| {
         json!({
-            "runs": rs.iter().map(|r| run_json(r)).collect::<Vec<_>>(),
+            "runs": runs.iter().filter(|r| r.side == s).map(run_json).collect::<Vec<_>>(),
+            "oom_killed_runs": killed(s),
             "median": json_map(m),
             "counters_median": json_map(c),
         })
@@ -789,8 +842,8 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             "kernel_ssd": args.kernel_ssd,
             "compressor": compressor,
         },
-        "kernel": side_json(&kr, &km, &kc),
-        "uswap": side_json(&ur, &um, &uc),
+        "kernel": side_json(Side::Kernel, &km, &kc),
+        "uswap": side_json(Side::Uswap, &um, &uc),
         "ratios": json_map(&ratios),
     });
 

@@ -305,6 +305,62 @@ fn injected_uswap_failure_fails_clearly_and_cleans_up() {
     );
 }
 
+/// A kernel side OOM-killed in its memcg is reported as a result: counted, left out of
+/// the medians, the uswap side still measured, nothing left behind.
+#[test]
+fn kernel_oom_kill_is_counted_not_fatal() {
+    need_root_no_swap!();
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let before = leftovers();
+    let plot = std::env::temp_dir()
+        .join(format!("uswap-against-oom-{}.png", std::process::id()))
+        .display()
+        .to_string();
+    let out = run(
+        &[
+            "bench",
+            "swap-w-seq",
+            "--against",
+            "kernel",
+            "--size",
+            "256M",
+            "--budget",
+            "32M",
+            "--repeat",
+            "2",
+            "--json",
+            "--plot",
+            &plot,
+        ],
+        &[("USWAP_BENCH_FAIL_SIDE", "kernel-oom")],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed:\n{err}");
+    assert!(
+        err.contains("OOM-killed in its memory cgroup") && err.contains("in 2 of 2 run(s)"),
+        "no clear OOM line:\n{err}"
+    );
+    let j = last_json(&out);
+    assert_eq!(j["kernel"]["oom_killed_runs"], 2, "{j}");
+    assert_eq!(j["uswap"]["oom_killed_runs"], 0, "{j}");
+    let runs = j["kernel"]["runs"].as_array().expect("kernel runs");
+    assert_eq!(runs.len(), 2, "{j}");
+    assert!(runs.iter().all(|r| r["oom_killed"] == true), "{j}");
+    for r in j["uswap"]["runs"].as_array().expect("uswap runs") {
+        assert_eq!(r["bench"]["verify"], "ok", "{r}");
+    }
+    assert!(
+        j["uswap"]["median"]["throughput_MBps"].as_f64().is_some(),
+        "{j}"
+    );
+    assert!(
+        std::fs::metadata(&plot).is_ok_and(|m| m.len() > 0),
+        "no plot"
+    );
+    let _ = std::fs::remove_file(&plot);
+    assert_eq!(leftovers(), before, "something was left behind");
+}
+
 #[test]
 fn sigterm_mid_run_cleans_up() {
     need_root_no_swap!();

@@ -456,6 +456,8 @@ impl Engine {
             }
             OpKind::Write => {
                 self.writes_inflight.fetch_sub(1, Relaxed);
+                self.writeback_pages
+                    .fetch_sub(op.pages.len() as i64, Relaxed);
                 let n = self.write_seq.fetch_add(1, Relaxed) + 1;
                 if inj.fail_write_every > 0 && n.is_multiple_of(inj.fail_write_every) {
                     res = -libc::EIO;
