@@ -31,7 +31,7 @@ fio_run() { # name, rw, bs, iodepth
       --ioengine=io_uring --direct=1 --runtime=15 --time_based --output-format=json > "$OUT/fio-$1.json" 2>/dev/null
   rm -f "$f"
 }
-SECTIONS=${SECTIONS:-"disk core units readahead against"}
+SECTIONS=${SECTIONS:-"disk core units readahead against headline"}
 for s in $SECTIONS; do case $s in
 disk)
   fio_run seqwrite write 2M 4
@@ -74,6 +74,22 @@ against)
   for u in 4k 2m; do for w in swap-w-seq; do
     run "against-kernelssd-$u-$w" $U bench $w --size $ASIZE --budget $ABUDGET --unit $u --duration $DUR --against kernel --kernel-ssd --repeat $REPEAT --json --plot "$OUT/against-kernelssd-$u-$w.png"
   done; done
+  ;;
+headline)
+  # Issue 3's target, with the disk measured right before and after: swap-w-seq and
+  # seq-read with 2 MiB units, 5 runs each (medians), at 2 GiB and 4 GiB / 256 MiB.
+  fio_run seqwrite-before write 2M 4
+  fio_run seqread-before read 2M 4
+  for i in 1 2 3 4 5; do
+    run "headline-swap-w-seq-2G-$i" $U bench swap-w-seq --size 2G --budget $BUDGET --unit 2m --json
+    run "headline-seq-read-2G-$i" $U bench seq-read --size 2G --budget $BUDGET --unit 2m --json
+  done
+  for i in 1 2 3; do
+    run "headline-swap-w-seq-4G-$i" $U bench swap-w-seq --size 4G --budget $BUDGET --unit 2m --json
+    run "headline-seq-read-4G-$i" $U bench seq-read --size 4G --budget $BUDGET --unit 2m --json
+  done
+  fio_run seqwrite-after write 2M 4
+  fio_run seqread-after read 2M 4
   ;;
 esac; done
 log "done"

@@ -93,6 +93,33 @@ for wl in ["swap-w-seq", "seq-read"]:
           f"{c.get('swap_ra_hit')} / {c.get('swap_ra')} | {a.get('verify')} |")
 w("")
 
+# Issue 3's target: 2 MiB units against the disk measured before and after the runs.
+fw = [r for r in (fio("seqwrite-before", "write"), fio("seqwrite-after", "write")) if r]
+fr = [r for r in (fio("seqread-before", "read"), fio("seqread-after", "read")) if r]
+if fw and fr:
+    disk_w = sum(r[0] for r in fw) / len(fw)
+    disk_r = sum(r[0] for r in fr) / len(fr)
+    w("### Issue 3's target: `--unit 2m` against the disk's own bandwidth\n")
+    w(f"fio right before and after these runs (2 MiB blocks, QD4, O_DIRECT): sequential write "
+      f"{' / '.join(f'{r[0]:,.0f}' for r in fw)} MB/s (mean {disk_w:,.0f}), sequential read "
+      f"{' / '.join(f'{r[0]:,.0f}' for r in fr)} MB/s (mean {disk_r:,.0f}). Budget 256 MiB.\n")
+    w("| workload | region | runs | MB/s median (min–max) | % of the disk | pass 1 / pass 2 s (medians) | verify |\n|---|---|---|---|---|---|---|")
+    for wl, disk in [("swap-w-seq", disk_w), ("seq-read", disk_r)]:
+        for size, k in [("2G", 5), ("4G", 3)]:
+            rs = [load(f"headline-{wl}-{size}-{i}") for i in range(1, k + 1)]
+            rs = [r for r in rs if r]
+            if not rs:
+                continue
+            v = sorted(r["throughput_MBps"] for r in rs)
+            med = v[len(v) // 2]
+            p = [sorted(ph["seconds"] for ph in
+                        [[q for q in r["phases"] if q.get("measured")][j] for r in rs])[len(rs) // 2]
+                 for j in range(2)]
+            ok = "ok" if all(r.get("verify") == "ok" for r in rs) else "FAILED"
+            w(f"| {wl} | {size.replace('G', ' GiB')} | {len(rs)} | {med:,.0f} ({v[0]:,.0f}–{v[-1]:,.0f}) | "
+              f"{100 * med / disk:.0f}% of {'write' if wl == 'swap-w-seq' else 'read'} | {p[0]:.2f} / {p[1]:.2f} | {ok} |")
+    w("")
+
 w("### Readahead (issue 4): 1 GiB region, 256 MiB budget, 4 KiB units\n")
 w("Combined test (seed 004's shape): one thread reads and rewrites region A sequentially, pass after pass, "
   "while one thread writes random pages of region B (512 MiB); 20 s.\n")
