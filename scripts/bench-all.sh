@@ -65,10 +65,10 @@ readahead)
 against)
   # Kernel swap file and zram: every workload x {4k, 2m}; the kernel in SSD mode
   # (queue/rotational=0) on swap-w-seq.
-  for u in 4k 2m; do for w in swap-w-seq swap-w-rand pmbench seq-read; do
+  for u in 4k 2m; do for w in swap-w-seq swap-w-rand pmbench seq-read combined; do
     run "against-kernel-$u-$w" $U bench $w --size $ASIZE --budget $ABUDGET --unit $u --duration $DUR --against kernel --repeat $REPEAT --json --plot "$OUT/against-kernel-$u-$w.png"
   done; done
-  for u in 4k 2m; do for w in swap-w-seq swap-w-rand pmbench seq-read; do
+  for u in 4k 2m; do for w in swap-w-seq swap-w-rand pmbench seq-read combined; do
     run "against-zram-$u-$w" $U bench $w --size $ASIZE --budget $ABUDGET --unit $u --duration $DUR --against zram --repeat $REPEAT --json --plot "$OUT/against-zram-$u-$w.png"
   done; done
   for u in 4k 2m; do for w in swap-w-seq; do

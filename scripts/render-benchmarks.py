@@ -149,9 +149,10 @@ w("### Side by side with kernel swap (issue 5): 512 MiB region, 128 MiB budget, 
 w("Kernel: plain anonymous memory in a memcg of budget + 64 MiB with a swap file on the same ext4 "
   "(or zram); uswap: the same workload in a memcg of the same limit, kernel swap off.\n")
 w("| backend | unit | workload | kernel | uswap | uswap/kernel | kernel pswpout / thp_swpout / swap_ra_hit | plot |\n|---|---|---|---|---|---|---|---|")
-for back, units, wls in [("kernel", ["4k", "2m"], ["swap-w-seq", "swap-w-rand", "pmbench", "seq-read"]),
+ALL = ["swap-w-seq", "swap-w-rand", "pmbench", "seq-read", "combined"]
+for back, units, wls in [("kernel", ["4k", "2m"], ALL),
                          ("kernelssd", ["4k", "2m"], ["swap-w-seq"]),
-                         ("zram", ["4k", "2m"], ["swap-w-seq", "swap-w-rand", "pmbench", "seq-read"])]:
+                         ("zram", ["4k", "2m"], ALL)]:
     for u in units:
         for wl in wls:
             name = f"against-{back}-{u}-{wl}"
@@ -170,7 +171,8 @@ for back, units, wls in [("kernel", ["4k", "2m"], ["swap-w-seq", "swap-w-rand", 
             kcell = f"{f(kv, 0)} {unit_label}" if kv is not None else "—"
             if killed:
                 kcell += f" (OOM-killed in {killed} of {a.get('repeat')} runs)"
-            w(f"| {blabel} | {u} | {wl} | {kcell} | {f(uv, 0)} {unit_label} | "
+            wlabel = "combined (sequential region)" if wl == "combined" else wl
+            w(f"| {blabel} | {u} | {wlabel} | {kcell} | {f(uv, 0)} {unit_label} | "
               f"{f(ratio, 2)}× | {n(vm.get('pswpout'))} / {n(vm.get('thp_swpout'))} / {n(vm.get('swap_ra_hit'))} | "
               f"[png](bench-data/{name}.png) |")
 w("")

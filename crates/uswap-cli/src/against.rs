@@ -594,8 +594,15 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     let limit = budget + ALLOWANCE;
     let repeat = args.repeat.max(1);
     let fs = fmt_size;
-    let margin = (size / 16).max(64 << 20);
-    let swap_size = (size + margin + 4095) & !4095;
+    // The kernel's swap holds everything the workload maps (combined: both regions).
+    let mapped = size
+        + if args.workload == crate::bench::Workload::Combined {
+            args.effective_bg_size()
+        } else {
+            0
+        };
+    let margin = (mapped / 16).max(64 << 20);
+    let swap_size = (mapped + margin + 4095) & !4095;
     let dir = kswap::swap_dir(args.swap_file.as_deref());
 
     let mut ks = if sides.contains(&Side::Kernel) {

@@ -305,6 +305,37 @@ fn injected_uswap_failure_fails_clearly_and_cleans_up() {
     );
 }
 
+/// `combined` maps two regions: the kernel's swap must hold both (it was sized for one,
+/// and the kernel side was OOM-killed with a full swap).
+#[test]
+fn combined_against_kernel_sizes_swap_for_both_regions() {
+    need_root_no_swap!();
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let before = leftovers();
+    let out = run(
+        &[
+            "bench",
+            "combined",
+            "--against",
+            "kernel",
+            "--size",
+            "512M",
+            "--budget",
+            "32M",
+            "--duration",
+            "1s",
+            "--json",
+        ],
+        &[],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed:\n{err}");
+    let j = last_json(&out);
+    assert_eq!(j["kernel"]["oom_killed_runs"], 0, "{err}");
+    check_both_sides(&j);
+    assert_eq!(leftovers(), before, "something was left behind");
+}
+
 /// A kernel side OOM-killed in its memcg is reported as a result: counted, left out of
 /// the medians, the uswap side still measured, nothing left behind.
 #[test]
