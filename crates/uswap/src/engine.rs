@@ -135,6 +135,13 @@ pub struct Engine {
     /// pidfd of this process, for process_madvise.
     pidfd: Option<OwnedFd>,
     process_madvise_ok: AtomicBool,
+    /// /proc/self/pagemap of the process that opened it (reopened after a fork: the
+    /// file stays the parent's), to check whether a page is present before an engine
+    /// thread touches it (a touch of a missing region page would wait on our own fault
+    /// thread).
+    proc_pagemap: Mutex<Option<(u32, std::fs::File)>>,
+    /// An inconsistency was found and recovered from (said once).
+    pub(crate) recovered_said: AtomicBool,
     /// Pool and Region handles alive; the threads stop when it reaches 0.
     users: AtomicUsize,
     /// Writes in flight on any ring.
@@ -328,6 +335,8 @@ impl Engine {
             worker_events: (0..nworkers).map(|_| eventfd()).collect::<Result<_>>()?,
             threads: Mutex::new(Vec::new()),
             process_madvise_ok: AtomicBool::new(pidfd.is_some()),
+            proc_pagemap: Mutex::new(None),
+            recovered_said: AtomicBool::new(false),
             pidfd,
             users: AtomicUsize::new(1),
             writes_inflight: AtomicI64::new(0),
@@ -911,6 +920,22 @@ impl Engine {
     // ---- memory ops -------------------------------------------------------------
 
     /// Free shadow (or region) pages: one process_madvise for up to 1024 ranges.
+    /// Whether the page at `addr` is present (mapped) in this process; None if the
+    /// kernel would not say.
+    pub(crate) fn page_present(&self, addr: usize) -> Option<bool> {
+        use std::os::unix::fs::FileExt;
+        let pid = std::process::id();
+        let mut g = self.proc_pagemap.lock().unwrap_or_else(|p| p.into_inner());
+        if g.as_ref().is_none_or(|(p, _)| *p != pid) {
+            *g = Some((pid, std::fs::File::open("/proc/self/pagemap").ok()?));
+        }
+        let (_, f) = g.as_ref()?;
+        let mut b = [0u8; 8];
+        f.read_exact_at(&mut b, (addr / PAGE_SIZE) as u64 * 8)
+            .ok()?;
+        Some(u64::from_le_bytes(b) >> 63 == 1)
+    }
+
     pub(crate) fn dontneed(&self, ranges: &[(usize, usize)]) {
         for chunk in ranges.chunks(1024) {
             if self.process_madvise_ok.load(Relaxed) {

@@ -94,6 +94,12 @@ impl Engine {
                 }
             }
             PageState::Resident { .. } => {
+                // Usually a fault that raced with the page's mapping: wake it. If the
+                // page is really missing (an engine bug), waking would loop the
+                // program on this fault: put the shadow's copy back, or poison.
+                if self.page_present(r.page_addr(page)) == Some(false) {
+                    self.heal_missing_resident(r, &mut u, page);
+                }
                 let _ = self.uffd.wake(r.page_addr(page), PAGE_SIZE);
             }
             PageState::Poisoned => {
@@ -169,6 +175,38 @@ impl Engine {
         u.resident += n as u32;
         self.charge(&self.resident, n as i64);
         r.counters.minflt.fetch_add(1, Relaxed);
+    }
+
+    /// A page resident by the page map is not mapped in the region. Its bytes are in
+    /// the shadow (put them back) or nowhere (poison: a SIGBUS beats wrong data).
+    /// Under the unit's lock; said once.
+    fn heal_missing_resident(&self, r: &RegionInner, u: &mut UnitPages, page: u64) {
+        let in_shadow = self.page_present(r.shadow_addr(page)) == Some(true);
+        // Said first: a poisoned page kills the program as soon as it is woken.
+        if !self.recovered_said.swap(true, Relaxed) {
+            eprintln!(
+                "uswap: internal: page {page} of region {} was resident by the page map but \
+                 not mapped ({}): an engine bug, or the program discarded it behind uswap's back",
+                r.id,
+                if in_shadow {
+                    "its copy was in the shadow: put back"
+                } else {
+                    "no copy found: poisoned"
+                }
+            );
+        }
+        if in_shadow {
+            self.restore_page(r, page);
+            return;
+        }
+        let i = page as usize % UNIT_PAGES;
+        if let PageState::Resident { slot: Some(s), .. } = u.get(i) {
+            self.slots.put(s);
+        }
+        u.set(i, PageState::Poisoned);
+        u.resident -= 1;
+        self.uncharge(&self.resident, 1);
+        let _ = self.uffd.poison(r.page_addr(page), PAGE_SIZE);
     }
 
     fn map_failed(&self, what: &str, addr: usize, e: std::io::Error) {

@@ -310,10 +310,23 @@ impl Engine {
                     // This page refused to move. EBUSY: pinned by the program's own
                     // O_DIRECT (leave it resident) or, after a fork, shared with the
                     // other process (copy it out). Anything else (a range the program
-                    // mprotect'ed differs from the shadow): copy it out.
-                    let pinned = e.raw_os_error() == Some(libc::EBUSY) && !forked;
-                    if !pinned && self.copy_out(r, first + run[k] as u64) {
-                        moved_idx.push(run[k]);
+                    // mprotect'ed differs from the shadow): copy it out. But first
+                    // make sure it is there: copying from a missing region page would
+                    // fault to our own fault thread, which waits for this unit's lock.
+                    let q = first + run[k] as u64;
+                    let here = self.page_present(r.page_addr(q));
+                    let in_shadow = self.page_present(r.shadow_addr(q));
+                    if here == Some(false) {
+                        if in_shadow == Some(true) {
+                            // Its bytes are already in the shadow (EEXIST): it moved.
+                            moved_idx.push(run[k]);
+                        }
+                        self.say_recovered(r, q, in_shadow == Some(true));
+                    } else {
+                        let pinned = e.raw_os_error() == Some(libc::EBUSY) && !forked;
+                        if !pinned && self.copy_out(r, q) {
+                            moved_idx.push(run[k]);
+                        }
                     }
                     k += 1;
                 }
@@ -591,6 +604,24 @@ impl Engine {
         self.slots.set_cache(s);
         self.owners.set(s, r.id, p);
         u.set(p as usize % UNIT_PAGES, PageState::Swapped(s));
+    }
+
+    /// Eviction found page `p` resident by the page map but not in the region (with
+    /// its bytes in the shadow, or nowhere). Said once: it is an engine bug to chase,
+    /// and reclaim goes on instead of deadlocking on it.
+    fn say_recovered(&self, r: &RegionInner, p: u64, in_shadow: bool) {
+        if !self.recovered_said.swap(true, Relaxed) {
+            eprintln!(
+                "uswap: internal: page {p} of region {} was resident by the page map but \
+                 not mapped ({}): an engine bug, or the program discarded it behind uswap's back",
+                r.id,
+                if in_shadow {
+                    "its copy was in the shadow: taken as evicted"
+                } else {
+                    "no copy found: left as it is"
+                }
+            );
+        }
     }
 
     /// Detach a page that cannot move (shared with a forked process): write-protect

@@ -332,6 +332,55 @@ fn persistent_read_errors_raise_sigbus_not_wrong_data() {
     );
 }
 
+/// A page the engine holds as resident but that is gone from the region (discarded
+/// behind its back with madvise) must not hang the program on an endless fault: the
+/// engine says so and poisons it (SIGBUS on the next touch).
+#[test]
+fn resident_page_gone_behind_the_engine_gives_sigbus_not_a_hang() {
+    let exe = std::env::current_exe().unwrap();
+    let name = "resident_page_gone_behind_the_engine_gives_sigbus_not_a_hang";
+    if std::env::var("USWAP_GONE_CHILD").is_ok() {
+        let p = Pool::builder().budget(64 * MIB).build().unwrap();
+        let r = p.region(8 * MIB).unwrap();
+        fill(r.as_words(), 21);
+        let page = r.as_ptr() as usize + 3 * 4096;
+        // SAFETY: discards one page of this test's own region (the misuse under test).
+        unsafe { libc::madvise(page as *mut libc::c_void, 4096, libc::MADV_DONTNEED) };
+        let v = r.as_words()[3 * 512].load(Relaxed);
+        println!("read {v:#x} instead of SIGBUS");
+        std::process::exit(0);
+    }
+    let mut child = std::process::Command::new(exe)
+        .args(["--exact", name, "--nocapture"])
+        .env("USWAP_GONE_CHILD", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A hang is the failure this test exists for: give it 30 s.
+    let t = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t.elapsed() > std::time::Duration::from_secs(30) {
+            let _ = child.kill();
+            panic!("the child hung on a page gone behind the engine");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let out = child.wait_with_output().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGBUS),
+        "child: {status:?} {} {err}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(err.contains("not mapped"), "no message: {err}");
+}
+
 #[test]
 fn bad_input_gives_typed_errors() {
     assert!(matches!(
