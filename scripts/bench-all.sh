@@ -31,12 +31,20 @@ fio_run() { # name, rw, bs, iodepth
       --ioengine=io_uring --direct=1 --runtime=15 --time_based --output-format=json > "$OUT/fio-$1.json" 2>/dev/null
   rm -f "$f"
 }
-SECTIONS=${SECTIONS:-"disk core units readahead against headline"}
+SECTIONS=${SECTIONS:-"disk vm core units readahead against headline"}
 for s in $SECTIONS; do case $s in
 disk)
   fio_run seqwrite write 2M 4
   fio_run seqread read 2M 4
   fio_run randread4k randread 4k 1
+  fio_run seqmixed rw 2M 8   # 50/50 sequential reads and writes, as swap-w-seq's pass 2
+  ;;
+vm)
+  # First touch of a THP on this machine (fresh to the process, recycled, cleared).
+  if cc -O2 -o /tmp/uswap-thp-first-touch scripts/thp-first-touch.c; then
+    log "thp-first-touch"
+    /tmp/uswap-thp-first-touch 1024 > "$OUT/thp-first-touch.jsonl"
+  fi
   ;;
 core)
   for w in swap-w-seq pmbench seq-read; do

@@ -59,7 +59,22 @@ for name, rw, label in [("seqwrite", "write", "sequential write, 2 MiB blocks, Q
     r = fio(name, rw)
     if r:
         w(f"| {label} | {r[0]:,.0f} MB/s | {r[1]:,.0f} | {r[2]:,.0f} µs |")
+mr, mw = fio("seqmixed", "read"), fio("seqmixed", "write")
+if mr and mw:
+    w(f"| sequential 50/50 read + write, 2 MiB blocks, QD8 | {mr[0]:,.0f} + {mw[0]:,.0f} MB/s | "
+      f"{mr[1] + mw[1]:,.0f} | {mr[2]:,.0f} / {mw[2]:,.0f} µs |")
 w("")
+try:
+    rows = [json.loads(l) for l in open(os.path.join(D, "thp-first-touch.jsonl")) if l.strip()]
+except (OSError, ValueError):
+    rows = []
+if rows:
+    w("First touch of one 2 MiB THP (`scripts/thp-first-touch.c`, MADV_POPULATE_WRITE or memset, "
+      f"{rows[0]['units']} units):\n")
+    w("| case | p50 | p90 |\n|---|---|---|")
+    for x in rows:
+        w(f"| {x['case']} | {x['p50_us']:,.1f} µs | {x['p90_us']:,.1f} µs |")
+    w("")
 
 w("### Core runs: 2 GiB region, 256 MiB budget (issue 2)\n")
 w("| workload | unit | result | verify | peak RSS | same run in a memcg of budget + 64 MiB, no kernel swap |\n|---|---|---|---|---|---|")

@@ -183,18 +183,15 @@ impl Engine {
     fn heal_missing_resident(&self, r: &RegionInner, u: &mut UnitPages, page: u64) {
         let in_shadow = self.page_present(r.shadow_addr(page)) == Some(true);
         // Said first: a poisoned page kills the program as soon as it is woken.
-        if !self.recovered_said.swap(true, Relaxed) {
-            eprintln!(
-                "uswap: internal: page {page} of region {} was resident by the page map but \
-                 not mapped ({}): an engine bug, or the program discarded it behind uswap's back",
-                r.id,
-                if in_shadow {
-                    "its copy was in the shadow: put back"
-                } else {
-                    "no copy found: poisoned"
-                }
-            );
-        }
+        self.say_not_mapped(
+            r,
+            page,
+            if in_shadow {
+                "its copy was in the shadow: put back"
+            } else {
+                "no copy found: poisoned"
+            },
+        );
         if in_shadow {
             self.restore_page(r, page);
             return;

@@ -321,7 +321,15 @@ impl Engine {
                             // Its bytes are already in the shadow (EEXIST): it moved.
                             moved_idx.push(run[k]);
                         }
-                        self.say_recovered(r, q, in_shadow == Some(true));
+                        self.say_not_mapped(
+                            r,
+                            q,
+                            if in_shadow == Some(true) {
+                                "its copy was in the shadow: taken as evicted"
+                            } else {
+                                "no copy found: left as it is"
+                            },
+                        );
                     } else {
                         let pinned = e.raw_os_error() == Some(libc::EBUSY) && !forked;
                         if !pinned && self.copy_out(r, q) {
@@ -606,20 +614,17 @@ impl Engine {
         u.set(p as usize % UNIT_PAGES, PageState::Swapped(s));
     }
 
-    /// Eviction found page `p` resident by the page map but not in the region (with
-    /// its bytes in the shadow, or nowhere). Said once: it is an engine bug to chase,
-    /// and reclaim goes on instead of deadlocking on it.
-    fn say_recovered(&self, r: &RegionInner, p: u64, in_shadow: bool) {
+    /// Page `p` is resident by the page map but not mapped in the region (eviction or a
+    /// fault found it so); `what` says what was done. Said once: it is an engine bug to
+    /// chase (or a program that discarded region memory behind uswap's back), and the
+    /// engine goes on instead of deadlocking or looping on it.
+    pub(crate) fn say_not_mapped(&self, r: &RegionInner, p: u64, what: &str) {
         if !self.recovered_said.swap(true, Relaxed) {
             eprintln!(
                 "uswap: internal: page {p} of region {} was resident by the page map but \
-                 not mapped ({}): an engine bug, or the program discarded it behind uswap's back",
-                r.id,
-                if in_shadow {
-                    "its copy was in the shadow: taken as evicted"
-                } else {
-                    "no copy found: left as it is"
-                }
+                 not mapped ({what}): an engine bug, or the program discarded it behind \
+                 uswap's back",
+                r.id
             );
         }
     }
