@@ -121,6 +121,13 @@ fn last_json(out: &Output) -> Value {
     })
 }
 
+/// The command succeeded: its JSON report and its stderr.
+fn ok_json(out: &Output) -> (Value, String) {
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "failed:\n{err}");
+    (last_json(out), err)
+}
+
 fn check_both_sides(j: &Value) {
     for side in ["kernel", "uswap"] {
         let runs = j[side]["runs"]
@@ -166,12 +173,7 @@ fn swap_w_seq_against_kernel_runs_both_sides_and_cleans_up() {
         ],
         &[],
     );
-    assert!(
-        out.status.success(),
-        "failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let j = last_json(&out);
+    let (j, _) = ok_json(&out);
     check_both_sides(&j);
     assert_eq!(j["against"], "kernel");
     assert!(["rotational", "ssd"].contains(&j["kernel_swap"]["mode"].as_str().unwrap_or("")));
@@ -206,12 +208,7 @@ fn pmbench_against_kernel_with_plot() {
         ],
         &[],
     );
-    assert!(
-        out.status.success(),
-        "failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let j = last_json(&out);
+    let (j, _) = ok_json(&out);
     check_both_sides(&j);
     for side in ["kernel", "uswap"] {
         let a = j[side]["median"]["accesses_per_s"].as_f64().unwrap_or(0.0);
@@ -250,12 +247,7 @@ fn zram_against_cleans_up_zram() {
         ],
         &[("USWAP_BENCH_SIDES", "kernel")],
     );
-    assert!(
-        out.status.success(),
-        "failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let j = last_json(&out);
+    let (j, _) = ok_json(&out);
     let r = &j["kernel"]["runs"][0];
     assert_eq!(r["bench"]["verify"], "ok");
     assert!(
@@ -328,9 +320,7 @@ fn combined_against_kernel_sizes_swap_for_both_regions() {
         ],
         &[],
     );
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "failed:\n{err}");
-    let j = last_json(&out);
+    let (j, err) = ok_json(&out);
     assert_eq!(j["kernel"]["oom_killed_runs"], 0, "{err}");
     check_both_sides(&j);
     assert_eq!(leftovers(), before, "something was left behind");
@@ -365,13 +355,11 @@ fn kernel_oom_kill_is_counted_not_fatal() {
         ],
         &[("USWAP_BENCH_FAIL_SIDE", "kernel-oom")],
     );
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "failed:\n{err}");
+    let (j, err) = ok_json(&out);
     assert!(
         err.contains("OOM-killed in its memory cgroup") && err.contains("in 2 of 2 run(s)"),
         "no clear OOM line:\n{err}"
     );
-    let j = last_json(&out);
     assert_eq!(j["kernel"]["oom_killed_runs"], 2, "{j}");
     assert_eq!(j["uswap"]["oom_killed_runs"], 0, "{j}");
     let runs = j["kernel"]["runs"].as_array().expect("kernel runs");
