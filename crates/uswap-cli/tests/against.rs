@@ -106,6 +106,45 @@ fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
     c.output().expect("run uswap")
 }
 
+/// `uswap bench WORKLOAD --against AGAINST --size SIZE --budget BUDGET --json EXTRA...`.
+fn against_args(
+    workload: &str,
+    against: &str,
+    size: &str,
+    budget: &str,
+    extra: &[&str],
+) -> Vec<String> {
+    let mut v: Vec<String> = [
+        "bench",
+        workload,
+        "--against",
+        against,
+        "--size",
+        size,
+        "--budget",
+        budget,
+        "--json",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    v.extend(extra.iter().map(|s| s.to_string()));
+    v
+}
+
+/// Run one comparison (see `against_args`) to the end.
+fn run_against(
+    workload: &str,
+    against: &str,
+    size: &str,
+    budget: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Output {
+    let args = against_args(workload, against, size, budget, extra);
+    run(&args.iter().map(String::as_str).collect::<Vec<_>>(), env)
+}
+
 fn last_json(out: &Output) -> Value {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let last = stdout
@@ -159,20 +198,7 @@ fn swap_w_seq_against_kernel_runs_both_sides_and_cleans_up() {
     need_root_no_swap!();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let before = leftovers();
-    let out = run(
-        &[
-            "bench",
-            "swap-w-seq",
-            "--against",
-            "kernel",
-            "--size",
-            "256M",
-            "--budget",
-            "64M",
-            "--json",
-        ],
-        &[],
-    );
+    let out = run_against("swap-w-seq", "kernel", "256M", "64M", &[], &[]);
     let (j, _) = ok_json(&out);
     check_both_sides(&j);
     assert_eq!(j["against"], "kernel");
@@ -190,22 +216,12 @@ fn pmbench_against_kernel_with_plot() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let before = leftovers();
     let plot = std::env::temp_dir().join(format!("uswap-against-test-{}.png", std::process::id()));
-    let out = run(
-        &[
-            "bench",
-            "pmbench",
-            "--against",
-            "kernel",
-            "--size",
-            "256M",
-            "--budget",
-            "64M",
-            "--duration",
-            "2s",
-            "--json",
-            "--plot",
-            plot.to_str().unwrap(),
-        ],
+    let out = run_against(
+        "pmbench",
+        "kernel",
+        "256M",
+        "64M",
+        &["--duration", "2s", "--plot", plot.to_str().unwrap()],
         &[],
     );
     let (j, _) = ok_json(&out);
@@ -233,18 +249,12 @@ fn zram_against_cleans_up_zram() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let before = leftovers();
     let alg = std::fs::read_to_string("/sys/block/zram0/comp_algorithm").unwrap();
-    let out = run(
-        &[
-            "bench",
-            "swap-w-seq",
-            "--against",
-            "zram",
-            "--size",
-            "128M",
-            "--budget",
-            "32M",
-            "--json",
-        ],
+    let out = run_against(
+        "swap-w-seq",
+        "zram",
+        "128M",
+        "32M",
+        &[],
         &[("USWAP_BENCH_SIDES", "kernel")],
     );
     let (j, _) = ok_json(&out);
@@ -267,18 +277,12 @@ fn injected_uswap_failure_fails_clearly_and_cleans_up() {
     need_root_no_swap!();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let before = leftovers();
-    let out = run(
-        &[
-            "bench",
-            "swap-w-seq",
-            "--against",
-            "kernel",
-            "--size",
-            "64M",
-            "--budget",
-            "32M",
-            "--json",
-        ],
+    let out = run_against(
+        "swap-w-seq",
+        "kernel",
+        "64M",
+        "32M",
+        &[],
         &[("USWAP_BENCH_FAIL_SIDE", "uswap")],
     );
     let err = String::from_utf8_lossy(&out.stderr);
@@ -304,20 +308,12 @@ fn combined_against_kernel_sizes_swap_for_both_regions() {
     need_root_no_swap!();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let before = leftovers();
-    let out = run(
-        &[
-            "bench",
-            "combined",
-            "--against",
-            "kernel",
-            "--size",
-            "512M",
-            "--budget",
-            "32M",
-            "--duration",
-            "1s",
-            "--json",
-        ],
+    let out = run_against(
+        "combined",
+        "kernel",
+        "512M",
+        "32M",
+        &["--duration", "1s"],
         &[],
     );
     let (j, err) = ok_json(&out);
@@ -337,22 +333,12 @@ fn kernel_oom_kill_is_counted_not_fatal() {
         .join(format!("uswap-against-oom-{}.png", std::process::id()))
         .display()
         .to_string();
-    let out = run(
-        &[
-            "bench",
-            "swap-w-seq",
-            "--against",
-            "kernel",
-            "--size",
-            "256M",
-            "--budget",
-            "32M",
-            "--repeat",
-            "2",
-            "--json",
-            "--plot",
-            &plot,
-        ],
+    let out = run_against(
+        "swap-w-seq",
+        "kernel",
+        "256M",
+        "32M",
+        &["--repeat", "2", "--plot", &plot],
         &[("USWAP_BENCH_FAIL_SIDE", "kernel-oom")],
     );
     let (j, err) = ok_json(&out);
@@ -386,17 +372,13 @@ fn sigterm_mid_run_cleans_up() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let before = leftovers();
     let mut child = Command::new(bin())
-        .args([
-            "bench",
+        .args(against_args(
             "pmbench",
-            "--against",
             "kernel",
-            "--size",
             "256M",
-            "--budget",
             "64M",
-        ])
-        .args(["--duration", "30s", "--json"])
+            &["--duration", "30s"],
+        ))
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
