@@ -86,13 +86,31 @@ fn coalesce_iov(region: &RegionInner, pages: &[u64]) -> Vec<libc::iovec> {
     iov
 }
 
+/// Writes a ring keeps at the device at once, and their bytes: enough for the
+/// device's full sequential bandwidth (fio: 2 MiB writes reach it at queue depth 4
+/// here), few enough that completions come one by one. The rest wait in the ring's
+/// queue: a deep queue of 2 MiB writes completed in bursts of ~100 ms (Little's law
+/// on a device that serves them in parallel), and the program, waiting for room
+/// that only a completion frees, stopped for each burst while the device idled
+/// between them. Reads never wait here: a fault waits for them. Measured on
+/// swap-w-seq 2 GiB / 256 MiB, --unit 2m, alternating runs: 8 MiB 1,309-1,510 MB/s,
+/// no limit 1,299-1,363 (pass 2 slower: its reads queue behind writes), 4 MiB
+/// 1,119-1,460 (too shallow for the device).
+const WRITES_AT_DEVICE: usize = 32;
+const WRITE_BYTES_AT_DEVICE: usize = 8 << 20;
+
 /// A thread's ring and the requests it has in flight.
 pub struct Ring {
     ring: IoUring,
     ops: Vec<Option<Op>>,
     free: Vec<usize>,
-    /// Requests in flight.
+    /// Requests in flight (at the device or queued behind the write limit).
     pub inflight: usize,
+    /// Writes waiting for the device: (slot index in `ops`, fd, offset).
+    queued_writes: std::collections::VecDeque<(usize, RawFd, u64)>,
+    /// Writes at the device now, and their bytes.
+    device_writes: usize,
+    device_write_bytes: usize,
 }
 
 impl Ring {
@@ -103,6 +121,9 @@ impl Ring {
             ops: Vec::new(),
             free: Vec::new(),
             inflight: 0,
+            queued_writes: std::collections::VecDeque::new(),
+            device_writes: 0,
+            device_write_bytes: 0,
         })
     }
 
@@ -128,18 +149,49 @@ impl Ring {
                 self.ops.len() - 1
             }
         };
+        let kind = op.kind;
+        self.ops[idx] = Some(op);
+        self.inflight += 1;
+        // Writes keep their order: none passes one already queued.
+        if (kind == OpKind::Write && !self.queued_writes.is_empty()) || !self.write_fits(kind, idx)
+        {
+            self.queued_writes.push_back((idx, fd, off));
+            return;
+        }
+        self.start(idx, fd, off);
+    }
+
+    /// Whether a request may go to the device now (reads always may).
+    fn write_fits(&self, kind: OpKind, idx: usize) -> bool {
+        kind == OpKind::Read
+            || self.device_writes == 0
+            || (self.device_writes < WRITES_AT_DEVICE
+                && self.device_write_bytes + self.op_bytes(idx) <= WRITE_BYTES_AT_DEVICE)
+    }
+
+    fn op_bytes(&self, idx: usize) -> usize {
+        self.ops[idx].as_ref().map_or(0, Op::bytes)
+    }
+
+    /// Hand request `idx` to the device.
+    fn start(&mut self, idx: usize, fd: RawFd, off: u64) {
+        let Some(op) = self.ops[idx].as_ref() else {
+            return;
+        };
         let (ptr, n) = (op.iov.as_ptr(), op.iov.len() as u32);
         let sqe = match op.kind {
             OpKind::Read => opcode::Readv::new(types::Fd(fd), ptr, n)
                 .offset(off)
                 .build(),
-            OpKind::Write => opcode::Writev::new(types::Fd(fd), ptr, n)
-                .offset(off)
-                .build(),
+            OpKind::Write => {
+                self.device_writes += 1;
+                self.device_write_bytes += op.bytes();
+                opcode::Writev::new(types::Fd(fd), ptr, n)
+                    .offset(off)
+                    .build()
+            }
         }
         .user_data(idx as u64);
-        self.ops[idx] = Some(op);
-        self.inflight += 1;
         self.push(&sqe);
     }
 
@@ -181,6 +233,19 @@ impl Ring {
         let op = self.ops.get_mut(i)?.take()?;
         self.free.push(i);
         self.inflight -= 1;
+        if op.kind == OpKind::Write {
+            self.device_writes -= 1;
+            self.device_write_bytes -= op.bytes();
+            // The next queued writes take its place (submitted with the next
+            // `submit`/`wait` of this thread).
+            while let Some(&(idx, fd, off)) = self.queued_writes.front() {
+                if !self.write_fits(OpKind::Write, idx) {
+                    break;
+                }
+                self.queued_writes.pop_front();
+                self.start(idx, fd, off);
+            }
+        }
         Some(op)
     }
 }

@@ -154,24 +154,19 @@ impl Engine {
             if dropped >= need {
                 continue;
             }
-            // Evict ahead: what is needed, plus up to `evict_ahead_pages` under
-            // writeback or left clean in the cache. Writes in flight are not
-            // counted as reclaimed (that keeps the write queue deep), but they are
-            // counted against the margin, so a write workload does not move its
-            // whole resident set out at every fault, and a read workload gets room
-            // for unit readahead instead of dropping what was just read ahead.
-            // Measured (2 GiB / 256 MiB, --unit 2m, medians): no margin (only what
-            // is needed, or the kernel's throttle on writeback) left seq-read at
-            // 670 MB/s with 3% readahead hits (each unit read 3 times); margin
-            // 1/8..1/1 of the budget: 1,600-1,880 MB/s; swap-w-seq's second pass
-            // was 1.5-1.6 s at 1/2 and 1/1, 1.8 s at 1/8.
-            let want =
-                need - dropped + self.evict_ahead_pages() - self.writeback_pages.load(Relaxed);
-            let moved = if want > 0 {
-                self.evict_lru(ctx, want)
-            } else {
-                0
-            };
+            // Pages under writeback become droppable when their writes complete:
+            // evict only what they do not cover, then ahead of need up to a margin
+            // (`may_evict_ahead`), and otherwise wait for completions below. The
+            // margin keeps a queue of writes for the device and gives a read stream
+            // room for unit readahead instead of dropping what was just read ahead
+            // (2 GiB / 256 MiB, --unit 2m: no margin left seq-read at 670 MB/s with
+            // 3% readahead hits, each unit read 3 times; half the budget: 1,800+).
+            // Counting writes in flight as not reclaimed at all (the previous rule)
+            // made each direct reclaim evict the whole resident set, the unit being
+            // written included; its writer then faulted 512 times on pages under
+            // writeback, and the writes went out in bursts of ~100 units.
+            let uncovered = need - dropped - self.writeback_pages.load(Relaxed);
+            let moved = self.evict_lru(ctx, uncovered.max(0));
             ctx.ring.submit();
             if dropped > 0 || moved > 0 {
                 idle = 0;
@@ -237,12 +232,24 @@ impl Engine {
         grown
     }
 
-    /// Evict whole units, oldest first, until at least `need` pages left the region.
+    /// Whether reclaim may evict one more unit ahead of need: the margin is not
+    /// used up by writes in flight (every evicting thread's, as they go: two threads
+    /// that each sized their batch at the start evicted the whole resident set
+    /// between them, the unit the program was writing included), and a quarter of
+    /// the limit stays resident.
+    fn may_evict_ahead(&self) -> bool {
+        self.writeback_pages.load(Relaxed) < self.evict_ahead_pages()
+            && self.resident.load(Relaxed) > self.limit_pages() / 4
+    }
+
+    /// Evict whole units, oldest first, until at least `need` pages left the region,
+    /// then on ahead while `may_evict_ahead`; a unit faulted on during the scan is
+    /// evicted only for `need`, never ahead.
     fn evict_lru(&self, ctx: &mut ThreadCtx, need: i64) -> i64 {
         let mut moved = 0;
         let len = self.lru.lock().unwrap_or_else(|p| p.into_inner()).len();
         let mut scanned = 0;
-        while moved < need && scanned < 2 * len + 1 {
+        while (moved < need || self.may_evict_ahead()) && scanned < 2 * len + 1 {
             let Some(key) = self
                 .lru
                 .lock()
@@ -264,6 +271,14 @@ impl Engine {
                     .unwrap_or_else(|p| p.into_inner())
                     .push_back(key);
                 continue;
+            }
+            if moved >= need && unit.referenced.load(Relaxed) {
+                // Faulted on since this scan passed it: in use now, not ahead-able.
+                self.lru
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push_back(key);
+                break;
             }
             let mut u = unit.lock();
             unit.on_lru.store(false, Relaxed);

@@ -237,6 +237,28 @@ fn sequential_read_reads_each_unit_once() {
     }
 }
 
+/// A sequential write stream takes one fault per unit: reclaim never evicts the
+/// unit being written. (Each direct reclaim once evicted the whole resident set
+/// while writes were in flight, the unit just mapped included; the writer then
+/// faulted on it page by page, 512 faults waiting on its write.)
+#[test]
+fn sequential_writes_fault_once_per_unit() {
+    let p = Pool::builder().budget(256 * MIB).build().unwrap();
+    let r = p.region_with(1024 * MIB, opts(UnitPolicy::Huge)).unwrap();
+    let words = r.as_words();
+    let units = 1024 * MIB / (2 * MIB);
+    for pass in 0..3 {
+        fill(words, 70 + pass);
+    }
+    let c = r.counters();
+    let faults = c.minflt + c.majflt;
+    assert!(
+        faults <= 3 * (units + units / 16) && c.thp_swpin_fallback == 0,
+        "{faults} faults for {units} units written three times; {c:?}"
+    );
+    check(words, 72, "after three write passes");
+}
+
 /// Reads ahead that fail are retried or dropped, never mapped wrong: injected read
 /// errors under unit readahead keep every byte exact.
 #[test]
