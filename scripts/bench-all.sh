@@ -31,6 +31,25 @@ fio_run() { # name, rw, bs, iodepth
       --ioengine=io_uring --direct=1 --runtime=15 --time_based --output-format=json > "$OUT/fio-$1.json" 2>/dev/null
   rm -f "$f"
 }
+fio_fresh() { # name: one pass of 2 MiB writes (QD4) over a fresh 4 GiB preallocated file,
+  # which is what a new swap file is: ext4 converts each write's unwritten extents
+  # when it completes, which the time-based runs above (overwriting) do not pay.
+  local f=${TMPDIR:-/var/tmp}/uswap-fio-fresh.$$
+  log "fio $1 (fresh preallocated file)"
+  rm -f "$f"; fallocate -l 4G "$f"
+  fio --name="$1" --filename="$f" --size=4G --rw=write --bs=2M --iodepth=4 \
+      --ioengine=io_uring --direct=1 --output-format=json > "$OUT/fio-$1.json" 2>/dev/null
+  rm -f "$f"
+}
+fio_rw2() { # name: a sequential reader and a sequential writer at once (2 MiB, QD4 each),
+  # the shape of swap-w-seq's second pass
+  local f=${TMPDIR:-/var/tmp}/uswap-fio-r.$$ g=${TMPDIR:-/var/tmp}/uswap-fio-w.$$
+  log "fio $1"
+  fio --name=prep --filename="$f" --size=2G --rw=write --bs=2M --direct=1 --ioengine=io_uring > /dev/null 2>&1
+  fio --output-format=json --ioengine=io_uring --direct=1 --bs=2M --iodepth=4 --runtime=15 --time_based --size=2G \
+      --name=read --filename="$f" --rw=read --name=write --filename="$g" --rw=write > "$OUT/fio-$1.json" 2>/dev/null
+  rm -f "$f" "$g"
+}
 SECTIONS=${SECTIONS:-"disk vm core units readahead against headline"}
 for s in $SECTIONS; do case $s in
 disk)
@@ -38,6 +57,8 @@ disk)
   fio_run seqread read 2M 4
   fio_run randread4k randread 4k 1
   fio_run seqmixed rw 2M 8   # 50/50 sequential reads and writes, as swap-w-seq's pass 2
+  fio_rw2 seqrw2
+  fio_fresh seqwrite-fresh
   ;;
 vm)
   # First touch of a THP on this machine (fresh to the process, recycled, cleared).
@@ -87,6 +108,7 @@ headline)
   # Issue 3's target, with the disk measured right before and after: swap-w-seq and
   # seq-read with 2 MiB units, 5 runs each (medians), at 2 GiB and 4 GiB / 256 MiB.
   fio_run seqwrite-before write 2M 4
+  fio_fresh seqwrite-fresh-before
   fio_run seqread-before read 2M 4
   for i in 1 2 3 4 5; do
     run "headline-swap-w-seq-2G-$i" $U bench swap-w-seq --size 2G --budget $BUDGET --unit 2m --json
@@ -97,6 +119,7 @@ headline)
     run "headline-seq-read-4G-$i" $U bench seq-read --size 4G --budget $BUDGET --unit 2m --json
   done
   fio_run seqwrite-after write 2M 4
+  fio_fresh seqwrite-fresh-after
   fio_run seqread-after read 2M 4
   ;;
 esac; done
