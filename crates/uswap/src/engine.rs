@@ -142,6 +142,8 @@ pub struct Engine {
     proc_pagemap: Mutex<Option<(u32, std::fs::File)>>,
     /// An inconsistency was found and recovered from (said once).
     pub(crate) recovered_said: AtomicBool,
+    /// Zeroed THPs made ahead for first touch (`spare.rs`).
+    pub(crate) spares: crate::spare::Spares,
     /// Pool and Region handles alive; the threads stop when it reaches 0.
     users: AtomicUsize,
     /// Writes in flight on any ring.
@@ -224,7 +226,7 @@ fn mem_total() -> Option<u64> {
 }
 
 /// Map `len` bytes aligned to 2 MiB (anonymous, private, no reserve).
-fn map_aligned(len: usize) -> Result<usize> {
+pub(crate) fn map_aligned(len: usize) -> Result<usize> {
     let total = len + UNIT_SIZE;
     // SAFETY: anonymous mapping request; no existing memory is affected.
     let p = unsafe {
@@ -255,7 +257,7 @@ fn map_aligned(len: usize) -> Result<usize> {
     Ok(aligned)
 }
 
-fn unmap(addr: usize, len: usize) {
+pub(crate) fn unmap(addr: usize, len: usize) {
     // SAFETY: unmaps a range this engine mapped and no longer hands out.
     unsafe { libc::munmap(addr as *mut libc::c_void, len) };
 }
@@ -306,6 +308,7 @@ impl Engine {
             None
         };
         let nworkers = cfg.fault_threads;
+        let spares = crate::spare::Spares::new(cfg.budget)?;
         let engine = Arc::new(Engine {
             uffd,
             swap: RwLock::new(swap),
@@ -337,6 +340,7 @@ impl Engine {
             process_madvise_ok: AtomicBool::new(pidfd.is_some()),
             proc_pagemap: Mutex::new(None),
             recovered_said: AtomicBool::new(false),
+            spares,
             pidfd,
             users: AtomicUsize::new(1),
             writes_inflight: AtomicI64::new(0),
@@ -382,6 +386,12 @@ impl Engine {
         Ok(())
     }
 
+    /// Run `f` inside the engine (see `enter`).
+    fn enter_and<T>(&self, f: impl FnOnce() -> T) -> T {
+        let _a = self.enter();
+        f()
+    }
+
     /// Enter the engine: waits while a fork is being prepared.
     pub(crate) fn enter(&self) -> Active<'_> {
         loop {
@@ -403,6 +413,8 @@ impl Engine {
         while self.active.load(SeqCst) > 0 {
             std::thread::sleep(std::time::Duration::from_micros(50));
         }
+        // Spares shared copy-on-write with the child would not move: none cross a fork.
+        self.drop_spares(usize::MAX);
         // Every unit lock must be free now: one held across fork stays held in the child.
         #[cfg(debug_assertions)]
         for r in self
@@ -1005,6 +1017,9 @@ impl Engine {
             if let Some(target) = self.kswapd_target() {
                 let _a = self.enter();
                 self.reclaim(&mut ctx, target);
+                continue;
+            }
+            if self.enter_and(|| self.refill_spare()) {
                 continue;
             }
             self.kswapd_asleep.store(true, Release);

@@ -29,6 +29,7 @@ mod reclaim;
 pub mod region;
 pub mod size;
 pub mod slots;
+mod spare;
 pub mod stats;
 pub mod swap_cache;
 pub mod uffd;

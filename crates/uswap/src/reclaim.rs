@@ -149,6 +149,10 @@ impl Engine {
         let mut idle = 0;
         let mut cqes = Vec::new();
         while self.usage_pages() > target && !self.is_shutdown() {
+            // Spare zeroed THPs nobody is about to take go first (`spare.rs`).
+            if self.spares.idle() && self.drop_spares(usize::MAX) > 0 {
+                continue;
+            }
             let need = self.usage_pages() - target;
             let dropped = self.trim_inactive(need);
             if dropped >= need {
@@ -189,6 +193,11 @@ impl Engine {
                 idle += 1;
                 self.wake_kswapd();
                 std::thread::sleep(std::time::Duration::from_micros(50));
+            } else if self.drop_spares(1) > 0 {
+                // Nothing will free room but a spare zeroed THP: it goes. (Not
+                // before: dropped, its memory goes back to the host, and making
+                // it again costs more than waiting for a write.)
+                idle = 0;
             } else {
                 idle += 1;
                 if idle > 2000 {

@@ -66,6 +66,8 @@ counters! {
     thp_swpin,
     /// 2 MiB units read back in pieces.
     thp_swpin_fallback,
+    /// First touches of a whole unit served by a THP the reclaim thread zeroed ahead.
+    thp_fault_spare,
     /// Faults that waited for a backend read.
     majflt,
     /// Faults served without backend I/O (first touch, swap cache).

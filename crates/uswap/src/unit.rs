@@ -48,7 +48,14 @@ impl Engine {
         }
         let first = page - page % UNIT_PAGES as u64;
         let (dst, src) = (r.page_addr(first), r.shadow_addr(first));
-        // SAFETY: populates the shadow range of a unit this thread holds the lock of.
+        self.spares.want();
+        if self.take_spare_to(dst) {
+            r.counters.thp_fault_spare.fetch_add(1, Relaxed);
+            self.map_zeroed_unit(r, u, dst);
+            return true;
+        }
+        self.wake_kswapd(); // to make spares for the next units
+                            // SAFETY: populates the shadow range of a unit this thread holds the lock of.
         let ok = unsafe {
             libc::madvise(
                 src as *mut libc::c_void,
@@ -56,15 +63,17 @@ impl Engine {
                 libc::MADV_POPULATE_WRITE,
             )
         } == 0;
-        if !ok
-            || self
-                .uffd
-                .move_pages(dst, src, UNIT_SIZE, Wake::Yes)
-                .is_err()
-        {
+        if !ok || self.uffd.move_pages(dst, src, UNIT_SIZE, Wake::No).is_err() {
             self.dontneed(&[(src, UNIT_SIZE)]);
             return false;
         }
+        self.map_zeroed_unit(r, u, dst);
+        true
+    }
+
+    /// A zeroed THP was moved into the unit at `dst`: every page resident and dirty;
+    /// then the faulting thread is woken.
+    fn map_zeroed_unit(&self, r: &RegionInner, u: &mut UnitPages, dst: usize) {
         for i in 0..UNIT_PAGES {
             u.set(
                 i,
@@ -77,7 +86,7 @@ impl Engine {
         u.resident = UNIT_PAGES as u32;
         self.charge(&self.resident, UNIT_PAGES as i64);
         r.counters.minflt.fetch_add(1, Relaxed);
-        true
+        let _ = self.uffd.wake(dst, UNIT_SIZE);
     }
 
     /// A fault in a unit whose pages are all swapped: swap it in whole if the policy
@@ -308,7 +317,6 @@ impl Engine {
             // Without protection a write would go unseen: treat the unit as dirty.
             write = true;
         }
-        let _ = self.uffd.wake(dst, UNIT_SIZE);
         for (i, &s) in slots.iter().enumerate() {
             self.mark_mapped(r, u, i, s, write);
         }
@@ -317,6 +325,8 @@ impl Engine {
         self.resident.fetch_add(UNIT_PAGES as i64, Relaxed);
         r.counters.thp_swpin.fetch_add(1, Relaxed);
         self.lru_add(r, first, u);
+        // Last: a program woken earlier could read counters that miss this swap-in.
+        let _ = self.uffd.wake(dst, UNIT_SIZE);
     }
 
     /// One part of a whole-unit read finished; the last part maps the unit if a

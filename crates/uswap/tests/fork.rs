@@ -93,6 +93,71 @@ fn run(unit: UnitPolicy) {
     assert_eq!(find_bad(&words[half..], half, 3), None);
 }
 
+/// Units first touched after a fork, by both sides, with spare zeroed THPs in play
+/// (the budget keeps two): each side gets zeros, then its own data.
+#[test]
+fn first_touch_after_fork_is_zero_and_private() {
+    let p = Pool::builder().budget(128 * MIB).build().unwrap();
+    let r = p
+        .region_with(
+            64 * MIB,
+            RegionOptions {
+                unit: Some(UnitPolicy::Huge),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let words = r.as_words();
+    let half = words.len() / 2;
+    // First touches before the fork: the reclaim thread starts making spares.
+    fill(&words[..half], 0, 4);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    uswap::prepare_fork();
+    // SAFETY: fork; the child only runs uswap and this function's checks, then _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    let (seed, who) = if pid == 0 {
+        (5, "child")
+    } else {
+        (6, "parent")
+    };
+    if pid == 0 {
+        uswap::after_fork_child();
+    } else {
+        uswap::after_fork_parent();
+    }
+    let mut bad = Vec::new();
+    if let Some(i) = words[half..].iter().position(|w| w.load(Relaxed) != 0) {
+        bad.push(format!(
+            "{who}: untouched half not zero at word {}",
+            half + i
+        ));
+    }
+    fill(&words[half..], half, seed);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    if let Some(i) = find_bad(&words[..half], 0, 4) {
+        bad.push(format!("{who}: pre-fork half wrong at word {i}"));
+    }
+    if let Some(i) = find_bad(&words[half..], half, seed) {
+        bad.push(format!("{who}: own writes wrong at word {}", half + i));
+    }
+    if pid == 0 {
+        for b in &bad {
+            eprintln!("{b}");
+        }
+        // SAFETY: leave without running the parent's test harness teardown.
+        unsafe { libc::_exit(i32::from(!bad.is_empty())) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child forked above.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert!(bad.is_empty(), "{bad:?}");
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child failed: status {status:#x}"
+    );
+}
+
 #[test]
 fn fork_gives_each_side_its_own_copy() {
     run(UnitPolicy::Small);

@@ -259,6 +259,47 @@ fn sequential_writes_fault_once_per_unit() {
     check(words, 72, "after three write passes");
 }
 
+/// First touches of 2 MiB units take THPs the reclaim thread zeroed ahead: every
+/// byte of a new unit reads zero, and the units are mapped as real THPs.
+#[test]
+fn first_touch_takes_zeroed_spares() {
+    let p = Pool::builder().budget(256 * MIB).build().unwrap();
+    let r = p.region_with(64 * MIB, opts(UnitPolicy::Huge)).unwrap();
+    let words = r.as_words();
+    let per_unit = (2 * MIB / 8) as usize;
+    for (u, unit) in words.chunks(per_unit).enumerate() {
+        // A first write maps the unit whole; everything else in it must be zero.
+        unit[0].store(u as u64 + 1, Relaxed);
+        let nonzero = unit[1..].iter().position(|w| w.load(Relaxed) != 0);
+        assert_eq!(nonzero, None, "unit {u}: not zero after first touch");
+        for (i, w) in unit.iter().enumerate() {
+            w.store(mix((u * per_unit + i) as u64), Relaxed);
+        }
+        // The reclaim thread makes spares between faults.
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    let c = r.counters();
+    assert!(c.thp_fault_spare > 0, "no first touch took a spare: {c:?}");
+    for (j, w) in words.iter().enumerate() {
+        assert_eq!(w.load(Relaxed), mix(j as u64), "word {j}");
+    }
+    let thp =
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    if !thp.contains("[never]") {
+        // Half at least: the kernel may give 4 KiB pages under the other tests' pressure.
+        let kb = anon_huge_kb(r.as_ptr() as usize, r.len()).expect("region in smaps");
+        assert!(
+            kb >= 32 * 1024,
+            "AnonHugePages {kb} kB for 64 MiB of units; {c:?}"
+        );
+    }
+    assert!(
+        p.counters().peak_used_bytes <= 256 * MIB,
+        "{:?}",
+        p.counters()
+    );
+}
+
 /// Reads ahead that fail are retried or dropped, never mapped wrong: injected read
 /// errors under unit readahead keep every byte exact.
 #[test]

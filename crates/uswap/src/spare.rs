@@ -1,0 +1,174 @@
+//! Zeroed THPs made ahead for first touch under `--unit 2m`.
+//!
+//! A first write to an untouched unit needs one zeroed 2 MiB page. Made on the fault
+//! thread (MADV_POPULATE_WRITE into the shadow), it costs the waiting program 0.1-0.2 ms
+//! per unit, and 4.4 ms on this VM when the memory was handed back to the host (free
+//! page reporting): the first budget's worth of a sequential writer then took ~0.5 s
+//! on one thread while the other vCPU idled. The reclaim thread keeps a few zeroed THPs
+//! in an arena of its own instead, while there is room under the budget, and a first
+//! touch moves one into the region with UFFDIO_MOVE (the PMD moves whole).
+//!
+//! Spares count against the budget (`used`), like every page the engine holds. Only a
+//! few are kept (`min(4, budget / 64 MiB)`), and only while first touches go on: each
+//! zero-filled unit allows that many more to be made. Reclaim drops them first once no
+//! unit was zero-filled for 50 ms; before that, only when nothing else can make room,
+//! not even I/O in flight (dropped, the memory goes back to the host on this VM, and
+//! making it again costs more than waiting for a write).
+
+use crate::engine::Engine;
+use crate::uffd::Wake;
+use crate::{Error, Result, UNIT_PAGES, UNIT_SIZE};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::Mutex;
+
+/// Most spares kept.
+const MAX_SPARES: usize = 4;
+
+/// The arena and which of its units hold a zeroed THP.
+pub(crate) struct Spares {
+    arena: usize,
+    units: usize,
+    /// Arena units that hold a zeroed THP, and those that are empty.
+    state: Mutex<(Vec<usize>, Vec<usize>)>,
+    /// Spares still to make: set by every zero-filled unit (first touches go on),
+    /// used up by making them.
+    credit: AtomicUsize,
+    /// When the last unit was zero-filled (ns since `epoch`).
+    last_fill_ns: AtomicU64,
+    epoch: std::time::Instant,
+    /// Pages held as spares (part of `Engine::used`).
+    pub(crate) pages: AtomicI64,
+}
+
+impl Spares {
+    /// An arena for `min(4, budget / 64 MiB)` spares (none below 64 MiB).
+    pub(crate) fn new(budget: u64) -> Result<Spares> {
+        let units = MAX_SPARES.min((budget / (64 << 20)) as usize);
+        let arena = if units > 0 {
+            let a = crate::engine::map_aligned(units * UNIT_SIZE)?;
+            // SAFETY: advice on the mapping made just above.
+            if unsafe {
+                libc::madvise(
+                    a as *mut libc::c_void,
+                    units * UNIT_SIZE,
+                    libc::MADV_HUGEPAGE,
+                )
+            } != 0
+            {
+                crate::engine::unmap(a, units * UNIT_SIZE);
+                return Err(Error::sys("madvise(MADV_HUGEPAGE) on the spare arena"));
+            }
+            a
+        } else {
+            0
+        };
+        Ok(Spares {
+            arena,
+            units,
+            state: Mutex::new((Vec::new(), (0..units).collect())),
+            credit: AtomicUsize::new(0),
+            last_fill_ns: AtomicU64::new(0),
+            epoch: std::time::Instant::now(),
+            pages: AtomicI64::new(0),
+        })
+    }
+
+    /// A unit was zero-filled: keep spares ready for the next ones.
+    pub(crate) fn want(&self) {
+        self.credit.store(self.units, Relaxed);
+        self.last_fill_ns
+            .store(self.epoch.elapsed().as_nanos() as u64, Relaxed);
+    }
+
+    /// No unit was zero-filled for 50 ms: spares are not about to be taken.
+    pub(crate) fn idle(&self) -> bool {
+        let now = self.epoch.elapsed().as_nanos() as u64;
+        now.saturating_sub(self.last_fill_ns.load(Relaxed)) > 50_000_000
+    }
+
+    fn addr(&self, i: usize) -> usize {
+        self.arena + i * UNIT_SIZE
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, (Vec<usize>, Vec<usize>)> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for Spares {
+    fn drop(&mut self) {
+        if self.units > 0 {
+            crate::engine::unmap(self.arena, self.units * UNIT_SIZE);
+        }
+    }
+}
+
+impl Engine {
+    /// Move a spare zeroed THP to `dst` (a 2 MiB-aligned unit of a region, whose
+    /// lock the caller holds; the caller charges the pages where they now belong and
+    /// wakes the faulting thread). False: no spare, or it did not move (dropped).
+    pub(crate) fn take_spare_to(&self, dst: usize) -> bool {
+        let Some(i) = self.spares.state().0.pop() else {
+            return false;
+        };
+        let src = self.spares.addr(i);
+        let moved = self.uffd.move_pages(dst, src, UNIT_SIZE, Wake::No).is_ok();
+        if !moved {
+            self.dontneed(&[(src, UNIT_SIZE)]);
+        }
+        self.uncharge(&self.spares.pages, UNIT_PAGES as i64);
+        self.spares.state().1.push(i);
+        self.wake_kswapd();
+        moved
+    }
+
+    /// Reclaim thread: make one spare if one is wanted, missing, and fits under the
+    /// high watermark with every fault's reservation. True if it made one.
+    pub(crate) fn refill_spare(&self) -> bool {
+        if self.spares.credit.load(Relaxed) == 0 || self.is_shutdown() {
+            return false;
+        }
+        let Some(i) = self.spares.state().1.pop() else {
+            return false;
+        };
+        let n = UNIT_PAGES as i64;
+        // Charged first, then checked: a fault reserving meanwhile sees it.
+        self.charge(&self.spares.pages, n);
+        let ok = self.promised_pages() <= self.high_pages() && {
+            let a = self.spares.addr(i);
+            // SAFETY: populates an empty unit of the spare arena, which only this
+            // engine touches (no other thread holds unit `i`: it was popped above).
+            let r = unsafe {
+                libc::madvise(a as *mut libc::c_void, UNIT_SIZE, libc::MADV_POPULATE_WRITE)
+            };
+            r == 0
+        };
+        if ok {
+            let _ = self
+                .spares
+                .credit
+                .fetch_update(Relaxed, Relaxed, |c| c.checked_sub(1));
+            self.spares.state().0.push(i);
+        } else {
+            self.dontneed(&[(self.spares.addr(i), UNIT_SIZE)]);
+            self.uncharge(&self.spares.pages, n);
+            self.spares.state().1.push(i);
+        }
+        ok
+    }
+
+    /// Drop up to `max` spares (reclaim, fork). Returns pages freed.
+    pub(crate) fn drop_spares(&self, max: usize) -> i64 {
+        let mut freed = 0;
+        for _ in 0..max {
+            let Some(i) = self.spares.state().0.pop() else {
+                break;
+            };
+            self.dontneed(&[(self.spares.addr(i), UNIT_SIZE)]);
+            self.uncharge(&self.spares.pages, UNIT_PAGES as i64);
+            self.spares.state().1.push(i);
+            freed += UNIT_PAGES as i64;
+        }
+        freed
+    }
+}
