@@ -386,12 +386,6 @@ impl Engine {
         Ok(())
     }
 
-    /// Run `f` inside the engine (see `enter`).
-    fn enter_and<T>(&self, f: impl FnOnce() -> T) -> T {
-        let _a = self.enter();
-        f()
-    }
-
     /// Enter the engine: waits while a fork is being prepared.
     pub(crate) fn enter(&self) -> Active<'_> {
         loop {
@@ -1019,7 +1013,11 @@ impl Engine {
                 self.reclaim(&mut ctx, target);
                 continue;
             }
-            if self.enter_and(|| self.refill_spare()) {
+            let made_spare = {
+                let _a = self.enter();
+                self.refill_spare()
+            };
+            if made_spare {
                 continue;
             }
             self.kswapd_asleep.store(true, Release);
