@@ -164,7 +164,7 @@ impl Memory {
     pub fn snapshot(&self) -> Snapshot {
         match self {
             Memory::Uswap { regions, pool } => Snapshot::Uswap {
-                total: pool.counters(),
+                total: Box::new(pool.counters()),
                 regions: regions.iter().map(|r| r.counters()).collect(),
             },
             Memory::Plain(_) => Snapshot::Kernel(KernelCounters::read()),
@@ -255,7 +255,7 @@ pub enum Snapshot {
     /// uswap: pool totals and each region's own.
     Uswap {
         /// Pool totals with the pool's gauges.
-        total: uswap::Counters,
+        total: Box<uswap::Counters>,
         /// Per region, in creation order.
         regions: Vec<uswap::Counters>,
     },
@@ -274,7 +274,7 @@ impl Snapshot {
                     regions: r0,
                 },
             ) => Snapshot::Uswap {
-                total: total.since(t0),
+                total: Box::new(total.since(t0)),
                 regions: regions.iter().zip(r0).map(|(a, b)| a.since(b)).collect(),
             },
             (Snapshot::Kernel(a), Snapshot::Kernel(b)) => Snapshot::Kernel(a.since(b)),

@@ -16,24 +16,29 @@
 //! # Ok::<(), uswap::Error>(())
 //! ```
 
-pub mod backend;
+mod budget;
 mod engine;
 pub mod error;
 mod fault;
 pub mod fork;
-mod io;
+mod frames;
 pub mod pagemap;
 pub mod pool;
 pub mod readahead;
 mod reclaim;
 pub mod region;
+mod regions;
+mod ring;
 pub mod size;
 pub mod slots;
 mod spare;
 pub mod stats;
 pub mod swap_cache;
-pub mod uffd;
+mod sys;
+mod threads;
+mod tier;
 mod unit;
+mod writeback;
 
 pub use error::{Error, Result};
 pub use fork::{after_fork_child, after_fork_parent, prepare_fork};

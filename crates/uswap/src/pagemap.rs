@@ -1,17 +1,14 @@
 //! A region's page map: the state of every 4 KiB page (the kernel's page table plus
 //! swap entries), kept per 2 MiB unit behind that unit's lock.
 //!
-//! Each region has two mappings of the same size:
-//! - the *region* itself, registered MISSING + WP: what the program touches;
-//! - its *shadow*, registered WP only (so that UFFDIO_MOVE may target it, while its
-//!   own faults stay ordinary kernel faults): the swap cache's page for region page
-//!   `i` lives at shadow page `i`. Eviction moves pages region → shadow (no copy,
-//!   atomic against the program's writes); swap-in reads into the shadow page and
-//!   maps it into the region.
+//! The region is an anonymous private mapping registered MISSING + WP: what the
+//! program touches. A page that is not mapped there is untouched (zeros), swapped
+//! (its slot says where its bytes are: a tier, and maybe also a swap-cache frame,
+//! see `swap_cache`), or poisoned (its bytes were lost).
 //!
-//! Invariant: a page's bytes are in at most one of {region, shadow}; the shadow
-//! page of `i` is touched only under unit `i / 512`'s lock, except by I/O in flight,
-//! which the swap cache entry records.
+//! Lock order: a unit's lock, then a swap-cache shard, then the slot allocator.
+//! Every change of a page's state, and every ioctl that maps or unmaps it, happens
+//! under its unit's lock.
 
 use crate::readahead::{AdaptiveCap, VmaReadahead};
 use crate::slots::Slot;
@@ -83,13 +80,13 @@ pub struct UnitPages {
     pub resident: u32,
     /// Requests in flight of a whole-unit read (2 MiB swap-in); 0 when none.
     pub unit_reads: u32,
-    /// A fault waits for the whole-unit read in flight (it maps the unit whole).
-    pub unit_waited: bool,
-    /// A fault waiting for the whole-unit read was a write.
-    pub unit_write: bool,
     /// Read ahead whole (unit readahead) and not yet faulted on: the first fault
     /// counts it as a readahead hit.
     pub prefetched: bool,
+    /// Mapped whole and clean with UFFDIO_MOVE, then write-protected: a thread that
+    /// wrote in between went unseen, so a clean eviction checks the pages against
+    /// their checksums before it trusts their slots.
+    pub clean_by_move: bool,
 }
 
 impl UnitPages {
@@ -122,9 +119,8 @@ impl Unit {
                 words: Box::new([0; UNIT_PAGES]),
                 resident: 0,
                 unit_reads: 0,
-                unit_waited: false,
-                unit_write: false,
                 prefetched: false,
+                clean_by_move: false,
             }),
             referenced: AtomicBool::new(false),
             on_lru: AtomicBool::new(false),
@@ -154,8 +150,7 @@ impl Unit {
 }
 
 fn tid() -> u64 {
-    thread_local!(static TID: u64 = unsafe { libc::gettid() } as u64);
-    TID.with(|t| *t)
+    crate::sys::mem::gettid()
 }
 
 /// A locked unit (records its holder, for diagnostics).
@@ -220,8 +215,6 @@ pub struct RegionInner {
     pub id: u32,
     /// Start of the region mapping (2 MiB aligned).
     pub base: usize,
-    /// Start of the shadow mapping (2 MiB aligned).
-    pub shadow: usize,
     /// Length in bytes (a multiple of 2 MiB).
     pub len: usize,
     /// Policies.
@@ -243,11 +236,10 @@ pub struct RegionInner {
 }
 
 impl RegionInner {
-    /// Build the page map for a mapping pair.
+    /// Build the page map for a mapping.
     pub fn new(
         id: u32,
         base: usize,
-        shadow: usize,
         len: usize,
         policy: RegionPolicy,
         ra_base: u32,
@@ -258,7 +250,6 @@ impl RegionInner {
         RegionInner {
             id,
             base,
-            shadow,
             len,
             policy,
             units,
@@ -287,11 +278,6 @@ impl RegionInner {
     /// Region address of page `p`.
     pub fn page_addr(&self, p: u64) -> usize {
         self.base + p as usize * PAGE_SIZE
-    }
-
-    /// Shadow address of page `p`.
-    pub fn shadow_addr(&self, p: u64) -> usize {
-        self.shadow + p as usize * PAGE_SIZE
     }
 
     /// The unit holding page `p`.

@@ -55,13 +55,18 @@ pub enum DeviceKind {
     Rotational,
 }
 
-/// Deterministic backend failures for tests: every Nth read or write completes with EIO.
+/// Deterministic backend failures for tests: every Nth read or write completes with
+/// EIO, or short (half its bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct FaultInjection {
     /// Fail every Nth read request (0: never).
     pub fail_read_every: u64,
     /// Fail every Nth write request (0: never).
     pub fail_write_every: u64,
+    /// Every Nth read request of more than one page reads only half (0: never).
+    pub short_read_every: u64,
+    /// Every Nth write request of more than one page writes only half (0: never).
+    pub short_write_every: u64,
 }
 
 /// Builder of a [`Pool`].
@@ -211,10 +216,10 @@ impl Pool {
             unit: opts.unit.unwrap_or(self.engine.cfg.unit),
             readahead: opts.readahead.unwrap_or(self.engine.cfg.readahead),
         };
-        let inner = self.engine.create_region(size, policy)?;
+        let inner = crate::regions::create(&self.engine, size, policy)?;
         // Its page map counts against the budget: make room before handing it out.
         self.engine.commit_metadata(&inner);
-        self.engine.add_user();
+        self.engine.threads.add_user();
         Ok(Region {
             engine: self.engine.clone(),
             inner,
@@ -233,12 +238,19 @@ impl Pool {
 
     /// Swap capacity in bytes now.
     pub fn swap_capacity(&self) -> u64 {
-        self.engine.swap().capacity()
+        self.engine.tiers.capacity()
     }
 
     /// Where the swap lives (the directory of an unnamed file, or the device).
     pub fn swap_location(&self) -> std::path::PathBuf {
-        self.engine.swap().desc().to_path_buf()
+        self.engine.tiers.file().desc().to_path_buf()
+    }
+
+    /// Check the engine's own bookkeeping: `Err` describes every inconsistency found
+    /// since the pool started (internal errors recovered from, slot double frees,
+    /// invalid slot operations). Each is an engine bug; tests assert `Ok`.
+    pub fn check_invariants(&self) -> std::result::Result<(), String> {
+        self.engine.check_invariants()
     }
 
     /// Whether slots are allocated the rotational way (shared scan base) or SSD way.
@@ -259,6 +271,6 @@ impl std::fmt::Debug for Pool {
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        self.engine.drop_user();
+        self.engine.threads.drop_user();
     }
 }

@@ -47,11 +47,12 @@ impl Region {
     pub fn as_ptr(&self) -> *mut u8 {
         self.inner.base as *mut u8
     }
-    /// The bytes.
-    pub fn as_slice(&self) -> &[u8] {
+    /// The bytes. Takes `&mut self`: a shared `&[u8]` must not coexist with stores
+    /// through [`Region::as_words`] on another thread.
+    pub fn as_slice(&mut self) -> &[u8] {
         // SAFETY: the mapping is `len` bytes, readable, alive as long as `self`; the
         // engine only changes which physical page backs an address, never the bytes a
-        // reader sees.
+        // reader sees; `&mut self` keeps every `as_words` view away meanwhile.
         unsafe { std::slice::from_raw_parts(self.inner.base as *const u8, self.inner.len) }
     }
     /// The bytes, mutably.
@@ -69,15 +70,15 @@ impl Region {
     }
     /// This region's counters, with the pool's gauges.
     pub fn counters(&self) -> Counters {
-        let _a = self.engine.enter();
+        let _a = self.engine.fork.enter();
         self.engine.with_gauges(self.inner.counters.snapshot())
     }
 }
 
 impl Drop for Region {
     fn drop(&mut self) {
-        self.engine.destroy_region(&self.inner);
-        self.engine.drop_user();
+        crate::regions::destroy(&self.engine, &self.inner);
+        self.engine.threads.drop_user();
     }
 }
 
@@ -97,7 +98,8 @@ impl Region {
                 ),
             });
         }
-        self.engine.discard(
+        crate::regions::discard(
+            &self.engine,
             &self.inner,
             (offset / crate::PAGE_SIZE) as u64,
             (len / crate::PAGE_SIZE) as u64,

@@ -8,17 +8,19 @@
 //! in an arena of its own instead, while there is room under the budget, and a first
 //! touch moves one into the region with UFFDIO_MOVE (the PMD moves whole).
 //!
-//! Spares count against the budget (`used`), like every page the engine holds. Only a
+//! Spares count against the budget (gauge `Spare`), like every page the engine holds. Only a
 //! few are kept (`min(4, budget / 64 MiB)`), and only while first touches go on: each
 //! zero-filled unit allows that many more to be made. Reclaim drops them first once no
 //! unit was zero-filled for 50 ms; before that, only when nothing else can make room,
 //! not even I/O in flight (dropped, the memory goes back to the host on this VM, and
 //! making it again costs more than waiting for a write).
 
+use crate::budget::Gauge;
 use crate::engine::Engine;
-use crate::uffd::Wake;
-use crate::{Error, Result, UNIT_PAGES, UNIT_SIZE};
-use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use crate::sys::mem::{map_aligned, populate_write, unmap};
+use crate::sys::uffd::Wake;
+use crate::{Result, UNIT_PAGES, UNIT_SIZE};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
 
 /// Most spares kept.
@@ -36,8 +38,6 @@ pub(crate) struct Spares {
     /// When the last unit was zero-filled (ns since `epoch`).
     last_fill_ns: AtomicU64,
     epoch: std::time::Instant,
-    /// Pages held as spares (part of `Engine::used`).
-    pub(crate) pages: AtomicI64,
 }
 
 impl Spares {
@@ -45,20 +45,7 @@ impl Spares {
     pub(crate) fn new(budget: u64) -> Result<Spares> {
         let units = MAX_SPARES.min((budget / (64 << 20)) as usize);
         let arena = if units > 0 {
-            let a = crate::engine::map_aligned(units * UNIT_SIZE)?;
-            // SAFETY: advice on the mapping made just above.
-            if unsafe {
-                libc::madvise(
-                    a as *mut libc::c_void,
-                    units * UNIT_SIZE,
-                    libc::MADV_HUGEPAGE,
-                )
-            } != 0
-            {
-                crate::engine::unmap(a, units * UNIT_SIZE);
-                return Err(Error::sys("madvise(MADV_HUGEPAGE) on the spare arena"));
-            }
-            a
+            map_aligned(units * UNIT_SIZE, true)?
         } else {
             0
         };
@@ -69,7 +56,6 @@ impl Spares {
             credit: AtomicUsize::new(0),
             last_fill_ns: AtomicU64::new(0),
             epoch: std::time::Instant::now(),
-            pages: AtomicI64::new(0),
         })
     }
 
@@ -98,77 +84,70 @@ impl Spares {
 impl Drop for Spares {
     fn drop(&mut self) {
         if self.units > 0 {
-            crate::engine::unmap(self.arena, self.units * UNIT_SIZE);
+            unmap(self.arena, self.units * UNIT_SIZE);
         }
     }
 }
 
-impl Engine {
-    /// Move a spare zeroed THP to `dst` (a 2 MiB-aligned unit of a region, whose
-    /// lock the caller holds; the caller charges the pages where they now belong and
-    /// wakes the faulting thread). False: no spare, or it did not move (dropped).
-    pub(crate) fn take_spare_to(&self, dst: usize) -> bool {
-        let Some(i) = self.spares.state().0.pop() else {
-            return false;
-        };
-        let src = self.spares.addr(i);
-        let moved = self.uffd.move_pages(dst, src, UNIT_SIZE, Wake::No).is_ok();
-        if !moved {
-            self.dontneed(&[(src, UNIT_SIZE)]);
-        }
-        self.uncharge(&self.spares.pages, UNIT_PAGES as i64);
-        self.spares.state().1.push(i);
-        self.wake_kswapd();
-        moved
+/// Move a spare zeroed THP to `dst` (a 2 MiB-aligned unit of a region, whose lock
+/// the caller holds; the caller charges the pages where they now belong and wakes
+/// the faulting thread). False: no spare, or it did not move (dropped).
+pub(crate) fn take_to(e: &Engine, dst: usize) -> bool {
+    let sp = &e.spares;
+    let Some(i) = sp.state().0.pop() else {
+        return false;
+    };
+    let src = sp.addr(i);
+    let moved = e.uffd.move_pages(dst, src, UNIT_SIZE, Wake::No).is_ok();
+    if !moved {
+        e.zapper.zap(&[(src, UNIT_SIZE)]);
     }
+    e.budget.uncharge(Gauge::Spare, UNIT_PAGES as i64);
+    sp.state().1.push(i);
+    e.threads.wake_kswapd();
+    moved
+}
 
-    /// Reclaim thread: make one spare if one is wanted, missing, and fits under the
-    /// high watermark with every fault's reservation. True if it made one.
-    pub(crate) fn refill_spare(&self) -> bool {
-        if self.spares.credit.load(Relaxed) == 0 || self.is_shutdown() {
-            return false;
-        }
-        let Some(i) = self.spares.state().1.pop() else {
-            return false;
-        };
-        let n = UNIT_PAGES as i64;
-        // Charged first, then checked: a fault reserving meanwhile sees it.
-        self.charge(&self.spares.pages, n);
-        let ok = self.promised_pages() <= self.high_pages() && {
-            let a = self.spares.addr(i);
-            // SAFETY: populates an empty unit of the spare arena, which only this
-            // engine touches (no other thread holds unit `i`: it was popped above).
-            let r = unsafe {
-                libc::madvise(a as *mut libc::c_void, UNIT_SIZE, libc::MADV_POPULATE_WRITE)
-            };
-            r == 0
-        };
-        if ok {
-            let _ = self
-                .spares
-                .credit
-                .fetch_update(Relaxed, Relaxed, |c| c.checked_sub(1));
-            self.spares.state().0.push(i);
-        } else {
-            self.dontneed(&[(self.spares.addr(i), UNIT_SIZE)]);
-            self.uncharge(&self.spares.pages, n);
-            self.spares.state().1.push(i);
-        }
-        ok
+/// Reclaim thread: make one spare if one is wanted, missing, and fits under the high
+/// watermark with every fault's reservation. True if it made one.
+pub(crate) fn refill(e: &Engine) -> bool {
+    let sp = &e.spares;
+    if sp.credit.load(Relaxed) == 0 || e.threads.is_shutdown() {
+        return false;
     }
+    let Some(i) = sp.state().1.pop() else {
+        return false;
+    };
+    let n = UNIT_PAGES as i64;
+    // Charged first, then checked: a fault reserving meanwhile sees it.
+    e.budget.charge(Gauge::Spare, n);
+    let ok =
+        e.budget.promised_pages() <= e.budget.high_pages() && populate_write(sp.addr(i), UNIT_SIZE);
+    if ok {
+        let _ = sp
+            .credit
+            .fetch_update(Relaxed, Relaxed, |c| c.checked_sub(1));
+        sp.state().0.push(i);
+    } else {
+        e.zapper.zap(&[(sp.addr(i), UNIT_SIZE)]);
+        e.budget.uncharge(Gauge::Spare, n);
+        sp.state().1.push(i);
+    }
+    ok
+}
 
-    /// Drop up to `max` spares (reclaim, fork). Returns pages freed.
-    pub(crate) fn drop_spares(&self, max: usize) -> i64 {
-        let mut freed = 0;
-        for _ in 0..max {
-            let Some(i) = self.spares.state().0.pop() else {
-                break;
-            };
-            self.dontneed(&[(self.spares.addr(i), UNIT_SIZE)]);
-            self.uncharge(&self.spares.pages, UNIT_PAGES as i64);
-            self.spares.state().1.push(i);
-            freed += UNIT_PAGES as i64;
-        }
-        freed
+/// Drop up to `max` spares (reclaim, fork). Returns pages freed.
+pub(crate) fn drop(e: &Engine, max: usize) -> i64 {
+    let sp = &e.spares;
+    let mut freed = 0;
+    for _ in 0..max {
+        let Some(i) = sp.state().0.pop() else {
+            break;
+        };
+        e.zapper.zap(&[(sp.addr(i), UNIT_SIZE)]);
+        e.budget.uncharge(Gauge::Spare, UNIT_PAGES as i64);
+        sp.state().1.push(i);
+        freed += UNIT_PAGES as i64;
     }
+    freed
 }

@@ -26,6 +26,12 @@ macro_rules! counters {
             pub metadata_bytes: u64,
             /// Highest resident + cached + metadata seen.
             pub peak_used_bytes: u64,
+            /// Swap files this process holds open (its own, and ones inherited at
+            /// forks that it still reads).
+            pub swap_files_open: u64,
+            /// Inconsistencies the engine found and recovered from (engine bugs:
+            /// internal errors, slot double frees, invalid slot operations); 0.
+            pub internal_errors: u64,
         }
 
         impl EventCounters {
@@ -90,6 +96,17 @@ counters! {
     read_requests,
     /// Faults that had to wait for reclaim to make room.
     direct_reclaim,
+    /// Pages read back whose bytes did not match their checksum (each try counts).
+    swap_csum_fail,
+    /// Pages whose bytes were lost (read errors, checksum mismatches after retries):
+    /// touching one raises SIGBUS.
+    poisoned,
+    /// Pages stored in the compressed tier (zswap's zswpout).
+    zswpout,
+    /// Pages loaded from the compressed tier (zswap's zswpin).
+    zswpin,
+    /// Pages written back from the compressed tier to the back tier (zswap's zswpwb).
+    zswpwb,
 }
 
 impl Counters {

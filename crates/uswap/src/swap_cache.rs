@@ -1,8 +1,11 @@
 //! The swap cache: slot → the page being read, being written, or a clean copy kept
 //! in RAM (the kernel's swap_address_space).
 //!
-//! The page's bytes live in its region's shadow mapping (see `pagemap`); this table
-//! says what state they are in and who owns them. It is sharded by 64 MiB trunks of
+//! The page's bytes live in a frame (see `frames`) that the entry owns until it
+//! ends; this table says what state they are in and who owns them. An entry whose
+//! I/O is in flight ends only when that I/O completes: if its page stops wanting
+//! it meanwhile (discarded, region dropped), it becomes an orphan, and the
+//! completion frees its frame and slot reference. It is sharded by 64 MiB trunks of
 //! swap (16384 slots), like the kernel's per-trunk address spaces: with per-thread
 //! clusters (seed 003) threads work in different trunks and never share a lock.
 //!
@@ -49,6 +52,11 @@ pub struct Entry {
     pub owner: Owner,
     /// State of the copy.
     pub state: CacheState,
+    /// Address of the 4 KiB frame that holds the page's bytes.
+    pub frame: usize,
+    /// The page no longer wants this copy (discarded or its region dropped while the
+    /// I/O was in flight): the completion drops it.
+    pub orphan: bool,
     /// Brought in by readahead and not yet asked for (a later hit counts `swap_ra_hit`).
     pub readahead: bool,
     /// A fault is waiting: map the page when the I/O completes.
@@ -60,13 +68,27 @@ pub struct Entry {
 /// What a fault found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lookup {
-    /// Nothing cached: the caller must start a read (a `Reading` entry was inserted,
-    /// with `waiters` set).
+    /// Nothing cached: the caller reads the page (and inserts a `Reading` entry).
     Miss,
     /// I/O in flight: the fault was recorded as a waiter; no new I/O.
     InFlight,
-    /// A clean copy: the entry was removed and is returned; map it from the shadow.
+    /// A clean copy: the entry was removed and is returned; map it from its frame.
     Hit(Entry),
+}
+
+impl Entry {
+    /// A new entry for `owner`'s page in `frame`.
+    pub fn new(owner: Owner, state: CacheState, frame: usize) -> Entry {
+        Entry {
+            owner,
+            state,
+            frame,
+            orphan: false,
+            readahead: false,
+            waiters: false,
+            write: false,
+        }
+    }
 }
 
 /// The sharded table.
@@ -80,7 +102,8 @@ pub struct SwapCache {
 impl SwapCache {
     /// A cache for a swap of at most `max_slots` slots.
     pub fn new(max_slots: u64) -> Self {
-        let n = max_slots.div_ceil(TRUNK_SLOTS).max(1) as usize;
+        // Trunks beyond 4096 share shards (a swap area over 256 GiB).
+        let n = max_slots.div_ceil(TRUNK_SLOTS).clamp(1, 4096) as usize;
         SwapCache {
             shards: (0..n).map(|_| Mutex::new(HashMap::default())).collect(),
             len: AtomicU64::new(0),
@@ -92,9 +115,9 @@ impl SwapCache {
         self.shards[i].lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A fault on a page swapped to `slot`: dedup against I/O in flight, take a clean
-    /// copy, or insert a `Reading` entry for the read the caller will issue.
-    pub fn fault_lookup(&self, slot: Slot, owner: Owner, write: bool) -> Lookup {
+    /// A fault on a page swapped to `slot`: take a clean copy, or dedup against
+    /// I/O in flight (the fault becomes a waiter), or nothing cached.
+    pub fn fault_lookup(&self, slot: Slot, write: bool) -> Lookup {
         let mut s = self.shard(slot);
         match s.get_mut(&slot) {
             Some(e) if e.state == CacheState::Clean => {
@@ -107,21 +130,37 @@ impl SwapCache {
                 e.write |= write;
                 Lookup::InFlight
             }
-            None => {
-                s.insert(
-                    slot,
-                    Entry {
-                        owner,
-                        state: CacheState::Reading,
-                        readahead: false,
-                        waiters: true,
-                        write,
-                    },
-                );
-                self.len.fetch_add(1, Relaxed);
-                Lookup::Miss
-            }
+            None => Lookup::Miss,
         }
+    }
+
+    /// A fault waits for `slot`'s copy, whatever its state (a part of a unit whose
+    /// read is still in flight): the unit's last completion maps it. False if absent.
+    pub fn mark_waiter(&self, slot: Slot, write: bool) -> bool {
+        let mut s = self.shard(slot);
+        match s.get_mut(&slot) {
+            Some(e) => {
+                e.waiters = true;
+                e.write |= write;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The page stopped wanting `slot`'s copy. A clean entry is removed and returned
+    /// (the caller frees its frame); one with I/O in flight becomes an orphan and
+    /// stays until its completion, which frees it (None is returned).
+    pub fn orphan(&self, slot: Slot) -> Option<Entry> {
+        let mut s = self.shard(slot);
+        let e = s.get_mut(&slot)?;
+        if e.state == CacheState::Clean {
+            let e = s.remove(&slot);
+            self.len.fetch_sub(1, Relaxed);
+            return e;
+        }
+        e.orphan = true;
+        None
     }
 
     /// Insert an entry for a read ahead or a write; false (and nothing changed) if the
@@ -179,13 +218,23 @@ impl SwapCache {
     pub fn remove_clean(&self, slot: Slot) -> Option<Entry> {
         let mut s = self.shard(slot);
         match s.get(&slot) {
-            Some(e) if e.state == CacheState::Clean && !e.waiters => {
+            Some(e) if e.state == CacheState::Clean && !e.waiters && !e.orphan => {
                 let e = s.remove(&slot);
                 self.len.fetch_sub(1, Relaxed);
                 e
             }
             _ => None,
         }
+    }
+
+    /// Remove every entry (a forked child, whose cache starts empty).
+    pub fn drain(&self) -> Vec<(Slot, Entry)> {
+        let mut out = Vec::new();
+        for sh in self.shards.iter() {
+            out.extend(sh.lock().unwrap_or_else(|p| p.into_inner()).drain());
+        }
+        self.len.store(0, Relaxed);
+        out
     }
 
     /// Entries in the cache.
@@ -210,13 +259,28 @@ mod tests {
 
     const O: Owner = Owner { region: 1, page: 7 };
 
+    fn reading(frame: usize) -> Entry {
+        let mut e = Entry::new(O, CacheState::Reading, frame);
+        e.waiters = true;
+        e
+    }
+
+    /// What a fault handler does: look up, and on a miss insert the read's entry.
+    fn fault(c: &SwapCache, slot: Slot) -> Lookup {
+        let l = c.fault_lookup(slot, false);
+        if l == Lookup::Miss && !c.insert(slot, reading(0x1000)) {
+            return Lookup::InFlight;
+        }
+        l
+    }
+
     #[test]
     fn concurrent_faults_cost_one_read() {
         let c = SwapCache::new(1 << 20);
-        assert_eq!(c.fault_lookup(42, O, false), Lookup::Miss);
+        assert_eq!(fault(&c, 42), Lookup::Miss);
         // Second and third faults on the same slot: no new I/O.
-        assert_eq!(c.fault_lookup(42, O, false), Lookup::InFlight);
-        assert_eq!(c.fault_lookup(42, O, false), Lookup::InFlight);
+        assert_eq!(fault(&c, 42), Lookup::InFlight);
+        assert_eq!(fault(&c, 42), Lookup::InFlight);
         let e = c.complete_io(42).unwrap();
         assert!(e.waiters);
         assert!(c.is_empty());
@@ -230,7 +294,7 @@ mod tests {
             for _ in 0..8 {
                 s.spawn(|| {
                     for slot in 0..2000u64 {
-                        if c.fault_lookup(slot, O, false) == Lookup::Miss {
+                        if fault(&c, slot) == Lookup::Miss {
                             misses.fetch_add(1, Relaxed);
                         }
                     }
@@ -248,36 +312,25 @@ mod tests {
     #[test]
     fn readahead_then_hit_and_reuse() {
         let c = SwapCache::new(1 << 20);
-        let ra = Entry {
-            owner: O,
-            state: CacheState::Reading,
-            readahead: true,
-            waiters: false,
-            write: false,
-        };
+        let mut ra = Entry::new(O, CacheState::Reading, 0x2000);
+        ra.readahead = true;
         assert!(c.insert(9, ra));
         assert!(!c.insert(9, ra), "double insert must be refused");
         // The read completes with nobody waiting: a clean readahead copy stays.
         assert_eq!(c.complete_io(9).unwrap().state, CacheState::Clean);
-        match c.fault_lookup(9, O, false) {
-            Lookup::Hit(e) => assert!(e.readahead),
+        match c.fault_lookup(9, false) {
+            Lookup::Hit(e) => assert!(e.readahead && e.frame == 0x2000),
             other => panic!("expected a hit, got {other:?}"),
         }
         assert!(c.is_empty());
         // The slot can be cached again (reuse after free).
-        assert_eq!(c.fault_lookup(9, O, false), Lookup::Miss);
+        assert_eq!(c.fault_lookup(9, false), Lookup::Miss);
     }
 
     #[test]
     fn writeback_then_fault_waits_then_reclaim_only_clean() {
         let c = SwapCache::new(1 << 20);
-        let w = Entry {
-            owner: O,
-            state: CacheState::Writing,
-            readahead: false,
-            waiters: false,
-            write: false,
-        };
+        let w = Entry::new(O, CacheState::Writing, 0x3000);
         c.insert(5, w);
         assert_eq!(
             c.remove_clean(5),
@@ -287,12 +340,24 @@ mod tests {
         c.complete_io(5);
         assert!(c.remove_clean(5).is_some());
         c.insert(6, w);
-        assert_eq!(c.fault_lookup(6, O, true), Lookup::InFlight);
+        assert_eq!(c.fault_lookup(6, true), Lookup::InFlight);
         let e = c.complete_io(6).unwrap();
         assert!(
             e.waiters && e.write,
             "a write fault waiting on writeback maps the page dirty"
         );
+    }
+
+    #[test]
+    fn orphans_stay_until_their_io_completes() {
+        let c = SwapCache::new(1 << 20);
+        c.insert(7, Entry::new(O, CacheState::Writing, 0x4000));
+        assert_eq!(c.orphan(7), None, "in flight: stays, marked");
+        assert!(c.get(7).unwrap().orphan);
+        assert_eq!(c.remove_clean(7), None, "reclaim never takes an orphan");
+        c.insert(8, Entry::new(O, CacheState::Clean, 0x5000));
+        assert_eq!(c.orphan(8).map(|e| e.frame), Some(0x5000), "clean: removed");
+        assert!(c.get(8).is_none());
     }
 
     #[test]

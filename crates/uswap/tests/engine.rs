@@ -268,6 +268,7 @@ fn injected_write_errors_lose_nothing() {
         .inject_io_errors(FaultInjection {
             fail_write_every: 7,
             fail_read_every: 0,
+            ..Default::default()
         })
         .build()
         .unwrap();
@@ -284,6 +285,7 @@ fn injected_read_errors_are_retried() {
         .inject_io_errors(FaultInjection {
             fail_read_every: 5,
             fail_write_every: 0,
+            ..Default::default()
         })
         .build()
         .unwrap();
@@ -304,6 +306,7 @@ fn persistent_read_errors_raise_sigbus_not_wrong_data() {
             .inject_io_errors(FaultInjection {
                 fail_read_every: 1,
                 fail_write_every: 0,
+                ..Default::default()
             })
             .build()
             .unwrap();

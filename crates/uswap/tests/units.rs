@@ -309,6 +309,7 @@ fn unit_readahead_under_read_errors_is_exact() {
         .inject_io_errors(uswap::FaultInjection {
             fail_read_every: 3,
             fail_write_every: 0,
+            ..Default::default()
         })
         .build()
         .unwrap();

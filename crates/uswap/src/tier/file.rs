@@ -1,5 +1,5 @@
-//! The swap backend: a file or block device opened with O_DIRECT, written and read
-//! through each thread's io_uring (see `fault::Worker`).
+//! The file tier: a swap file or block device opened with O_DIRECT, written and
+//! read through each thread's io_uring (`ring.rs`).
 //!
 //! Placement rules, so that swapped data never outlives the process and never sits
 //! readable by others:
@@ -11,6 +11,12 @@
 //!
 //! O_DIRECT keeps the page cache from holding swapped data outside the budget; a
 //! filesystem that refuses O_DIRECT (tmpfs) is refused with a hint.
+//!
+//! After a fork the parent keeps writing its file; the child gets a file of its own
+//! (made when it first needs one) and only reads the parent's, for the pages both
+//! had at the fork. The parent never reuses those slots while the child lives (see
+//! `fork.rs`); the child closes its descriptor of the parent's file when none of its
+//! pages is there any more, so a file lives exactly as long as a process needs it.
 
 use crate::error::{Error, Result};
 use std::fs::File;
@@ -18,30 +24,33 @@ use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 /// Granularity in which a regular swap file is extended (fallocate).
 const GROW_STEP: u64 = 64 << 20;
 
-/// A file whose slots were in use at a fork: read-only from then on, by both
-/// processes (either may still need what the other wrote there).
+/// A file of an ancestor process, inherited at a fork: read-only here.
 #[derive(Debug)]
-struct Frozen {
+struct Inherited {
     /// Slots `[first, end)` live in `file` at offset `(slot - first) * 4096`.
     first: u64,
     end: u64,
-    file: File,
+    /// None once no page of this process is there any more (closed).
+    file: Mutex<Option<File>>,
+    /// Pages of this process whose bytes are there.
+    refs: AtomicU64,
 }
 
 /// An open swap file or device.
 #[derive(Debug)]
 pub struct SwapFile {
-    /// The file new slots are written to; slot `s` is at `(s - base) * 4096`.
-    file: File,
+    /// The file new slots are written to; slot `s` is at `(s - base) * 4096`. Unset in
+    /// a forked child until it first needs one.
+    file: OnceLock<File>,
     /// First slot of `file` (0 until a fork).
     base: u64,
-    /// Files frozen by forks, oldest first.
-    frozen: Vec<Frozen>,
+    /// Files inherited at forks, oldest first.
+    inherited: Vec<Inherited>,
     /// Where the user asked for swap (to open a new file after a fork).
     origin: Option<PathBuf>,
     /// What the user sees in messages.
@@ -79,7 +88,52 @@ fn odirect_hint(e: &std::io::Error) -> &'static str {
 impl SwapFile {
     /// Open the backend. `size`: fixed capacity in bytes, or `None` to grow on demand.
     pub fn open(path: Option<&Path>, size: Option<u64>) -> Result<SwapFile> {
-        let (file, desc) = match path {
+        let (file, desc) = open_place(path)?;
+        let meta = file.metadata().map_err(|e| swap_err(&desc, e, ""))?;
+        let is_block = meta.file_type().is_block_device();
+        let rotational = detect_rotational(&file, is_block);
+        let fixed = if is_block {
+            let dev_size = block_size(file.as_raw_fd()).map_err(|e| swap_err(&desc, e, ""))?;
+            let cap = size.map_or(dev_size, |s| s.min(dev_size));
+            Some(cap)
+        } else {
+            size
+        };
+        let sf = SwapFile {
+            file: OnceLock::from(file),
+            base: 0,
+            inherited: Vec::new(),
+            origin: path.map(Path::to_path_buf),
+            desc,
+            capacity: AtomicU64::new(0),
+            fixed: fixed.map(|f| f & !(crate::UNIT_SIZE as u64 - 1)),
+            grow_lock: Mutex::new(()),
+            is_block,
+            rotational,
+        };
+        if let Some(cap) = sf.fixed {
+            if cap == 0 {
+                return Err(swap_err(
+                    &sf.desc,
+                    std::io::Error::from_raw_os_error(libc::ENOSPC),
+                    " (swap size below 2 MiB)",
+                ));
+            }
+            if is_block {
+                sf.capacity.store(cap, Ordering::Release);
+            } else {
+                sf.ensure(cap)?;
+            }
+        }
+        Ok(sf)
+    }
+}
+
+/// Open the place the user asked for (see the module doc); the file and what to
+/// call it in messages.
+fn open_place(path: Option<&Path>) -> Result<(File, PathBuf)> {
+    {
+        let r = match path {
             None => {
                 let mut dirs: Vec<PathBuf> = Vec::new();
                 if let Some(t) = std::env::var_os("TMPDIR") {
@@ -147,99 +201,99 @@ impl SwapFile {
                 Err(e) => return Err(swap_err(p, e, "")),
             },
         };
-        let meta = file.metadata().map_err(|e| swap_err(&desc, e, ""))?;
-        let is_block = meta.file_type().is_block_device();
-        let rotational = detect_rotational(&file, is_block);
-        let fixed = if is_block {
-            let dev_size = block_size(file.as_raw_fd()).map_err(|e| swap_err(&desc, e, ""))?;
-            let cap = size.map_or(dev_size, |s| s.min(dev_size));
-            Some(cap)
-        } else {
-            size
-        };
-        let sf = SwapFile {
-            file,
-            base: 0,
-            frozen: Vec::new(),
-            origin: path.map(Path::to_path_buf),
-            desc,
-            capacity: AtomicU64::new(0),
-            fixed: fixed.map(|f| f & !(crate::UNIT_SIZE as u64 - 1)),
-            grow_lock: Mutex::new(()),
-            is_block,
-            rotational,
-        };
-        if let Some(cap) = sf.fixed {
-            if cap == 0 {
-                return Err(swap_err(
-                    &sf.desc,
-                    std::io::Error::from_raw_os_error(libc::ENOSPC),
-                    " (swap size below 2 MiB)",
-                ));
-            }
-            if is_block {
-                sf.capacity.store(cap, Ordering::Release);
-            } else {
-                sf.ensure(cap)?;
-            }
-        }
-        Ok(sf)
+        Ok(r)
     }
+}
 
-    /// The raw fd of the file new slots go to.
+impl SwapFile {
+    /// The raw fd of the file new slots go to (-1 while there is none).
     pub fn raw(&self) -> RawFd {
-        self.file.as_raw_fd()
+        self.file.get().map_or(-1, |f| f.as_raw_fd())
     }
 
-    /// Where slot `slot` lives: fd and byte offset.
+    /// Where slot `slot` lives: fd and byte offset (fd -1: nowhere, the I/O fails).
     pub fn locate(&self, slot: u64) -> (RawFd, u64) {
         if slot >= self.base {
-            return (self.file.as_raw_fd(), (slot - self.base) * 4096);
+            return (self.raw(), (slot - self.base) * 4096);
         }
-        for f in self.frozen.iter().rev() {
+        for f in self.inherited.iter().rev() {
             if slot >= f.first && slot < f.end {
-                return (f.file.as_raw_fd(), (slot - f.first) * 4096);
+                let g = f.file.lock().unwrap_or_else(|p| p.into_inner());
+                return (
+                    g.as_ref().map_or(-1, |f| f.as_raw_fd()),
+                    (slot - f.first) * 4096,
+                );
             }
         }
-        // Not reachable for a slot the allocator handed out; fail the I/O cleanly.
         (-1, 0)
     }
 
-    /// First slot of the writable file.
+    /// First slot of the writable file: slots below it are an ancestor's, read-only.
     pub fn base(&self) -> u64 {
         self.base
     }
 
-    /// After fork: freeze the file in use and continue in a new one (same placement;
-    /// a block device is replaced by an unnamed file in `$TMPDIR`), big enough for
-    /// `committed` bytes. Slots of the new file start at the current capacity.
-    pub fn fork_new_file(&mut self, committed: u64) -> Result<()> {
-        let origin = if self.is_block {
-            None
-        } else {
-            self.origin.clone()
-        };
-        let fresh = SwapFile::open(origin.as_deref(), self.fixed.filter(|_| !self.is_block))?;
+    /// In the child after fork: the file in use becomes the parent's, read-only here,
+    /// with `refs` pages of this process in it; new slots start past it, in a file
+    /// of the child's own made on first need (same placement; a block device is
+    /// replaced by an unnamed file in `$TMPDIR`).
+    pub fn fork_child(&mut self, refs_below_base: &[(u64, u64)]) {
         let end = self.capacity() / 4096;
-        let (fresh_cap, fresh_fixed, fresh_rot) = (fresh.capacity(), fresh.fixed, fresh.rotational);
-        let old = std::mem::replace(&mut self.file, fresh.file);
-        self.frozen.push(Frozen {
-            first: self.base,
-            end,
-            file: old,
-        });
-        self.base = end;
-        self.is_block = false;
-        self.rotational = fresh_rot.or(self.rotational);
-        if self.fixed.is_some() {
-            self.fixed = Some(end * 4096 + fresh_fixed.unwrap_or(0));
-            self.capacity
-                .store(end * 4096 + fresh_cap, Ordering::Release);
-        } else {
-            self.capacity.store(end * 4096, Ordering::Release);
-            self.ensure(end * 4096 + committed)?;
+        if let Some(f) = self.file.take() {
+            self.inherited.push(Inherited {
+                first: self.base,
+                end,
+                file: Mutex::new(Some(f)),
+                refs: AtomicU64::new(0),
+            });
         }
-        Ok(())
+        for inh in &mut self.inherited {
+            let refs: u64 = refs_below_base
+                .iter()
+                .filter(|(s, _)| *s >= inh.first && *s < inh.end)
+                .map(|(_, n)| n)
+                .sum();
+            inh.refs.store(refs, Ordering::Relaxed);
+            if refs == 0 {
+                *inh.file.get_mut().unwrap_or_else(|p| p.into_inner()) = None;
+            }
+        }
+        self.base = end;
+        if self.is_block {
+            self.origin = None;
+        }
+        self.is_block = false;
+        self.fixed = None;
+    }
+
+    /// A page of this process no longer needs `slot` of an inherited file; the file
+    /// is closed with its last such page. False if `slot` is not inherited.
+    pub fn release_inherited(&self, slot: u64) -> bool {
+        if slot >= self.base {
+            return false;
+        }
+        for f in self.inherited.iter() {
+            if slot >= f.first && slot < f.end {
+                let before = f
+                    .refs
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| r.checked_sub(1));
+                if before == Ok(1) {
+                    *f.file.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                }
+                return true;
+            }
+        }
+        true
+    }
+
+    /// Files open now (the writable one and inherited ones still needed).
+    pub fn open_files(&self) -> usize {
+        self.file.get().is_some() as usize
+            + self
+                .inherited
+                .iter()
+                .filter(|f| f.file.lock().unwrap_or_else(|p| p.into_inner()).is_some())
+                .count()
     }
 
     /// Where it lives, for messages.
@@ -274,23 +328,31 @@ impl SwapFile {
         if self.is_block {
             return Ok(cap);
         }
+        let file = match self.file.get() {
+            Some(f) => f,
+            None => {
+                let (f, _) = open_place(self.origin.as_deref())?;
+                self.file.get_or_init(|| f)
+            }
+        };
         let mut want = bytes.div_ceil(GROW_STEP) * GROW_STEP;
         if let Some(f) = self.fixed {
             want = want.min(f).max(bytes.min(f));
         }
+        // Offsets in the file start at the first slot of this process's own range.
         let off = self.base * 4096;
+        let (have, len) = (cap - off, want - cap);
         // SAFETY: fallocate on an fd we own, with a byte range.
-        let r = unsafe { libc::fallocate(self.raw(), 0, (cap - off) as i64, (want - cap) as i64) };
+        let r = unsafe { libc::fallocate(file.as_raw_fd(), 0, have as i64, len as i64) };
         if r != 0 {
             let e = std::io::Error::last_os_error();
             if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
                 // No preallocation on this filesystem: a sparse extension still works.
-                self.file
-                    .set_len(want)
+                file.set_len(want - off)
                     .map_err(|e| swap_err(&self.desc, e, ""))?;
             } else {
                 // Give back what a partial fallocate may have taken.
-                let _ = self.file.set_len(cap - off);
+                let _ = file.set_len(have);
                 let hint = if e.raw_os_error() == Some(libc::ENOSPC) {
                     " (the disk is full)"
                 } else {

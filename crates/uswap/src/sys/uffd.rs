@@ -1,4 +1,5 @@
 //! A thin, typed wrapper over userfaultfd(2).
+#![allow(dead_code)]
 //!
 //! Why not the `userfaultfd` crate: it has no UFFDIO_MOVE, UFFDIO_POISON, COPY's
 //! write-protect mode or the newer feature bits, which are the operations the engine
@@ -239,6 +240,12 @@ impl Uffd {
         self.fd.as_raw_fd()
     }
 
+    /// Give up ownership of the descriptor (the caller closes it).
+    pub fn into_raw(self) -> RawFd {
+        use std::os::fd::IntoRawFd;
+        self.fd.into_raw_fd()
+    }
+
     /// Register `[start, start+len)` with the given mode bits.
     pub fn register(&self, start: usize, len: usize, mode: u64) -> io::Result<()> {
         let mut r = UffdioRegister {
@@ -281,6 +288,20 @@ impl Uffd {
         wp: bool,
         wake: Wake,
     ) -> io::Result<()> {
+        self.copy_counted(dst, src, len, wp, wake)
+            .map_err(|(_, e)| e)
+    }
+
+    /// [`Uffd::copy`] that says how far it got when it fails: `Err((bytes mapped
+    /// before the failure, error))`.
+    pub fn copy_counted(
+        &self,
+        dst: usize,
+        src: *const u8,
+        len: usize,
+        wp: bool,
+        wake: Wake,
+    ) -> std::result::Result<(), (usize, io::Error)> {
         let mut mode = if wp { COPY_MODE_WP } else { 0 };
         if wake == Wake::No {
             mode |= COPY_MODE_DONTWAKE;
@@ -306,13 +327,13 @@ impl Uffd {
                             done += progress;
                         }
                         Some(libc::EEXIST) => {
-                            // Copied up to an already mapped page: skip that page.
+                            // Mapped already (a racing mapping put it there): skip it.
                             done += progress + crate::PAGE_SIZE;
                             if wake == Wake::Yes {
-                                self.wake(dst + done - crate::PAGE_SIZE, crate::PAGE_SIZE)?;
+                                let _ = self.wake(dst + done - crate::PAGE_SIZE, crate::PAGE_SIZE);
                             }
                         }
-                        _ => return Err(e),
+                        _ => return Err((done + progress, e)),
                     }
                 }
             }

@@ -1,77 +1,29 @@
-//! One thread's io_uring: backend reads and writes of slot runs, plus the polls that
-//! wake the thread (userfaultfd readable, its eventfd). Every thread that does I/O
-//! owns one; completions are handled by the thread that submitted, so the common
-//! fault path never hands work to another thread.
+//! One thread's io_uring: the thread's one place to sleep. It waits there for its
+//! file-tier reads and writes and for the polls that wake it (userfaultfd readable,
+//! its eventfd, other tiers' completion eventfds), so one sleep covers them all.
+//! Completions are handled by the thread that submitted, so the common fault path
+//! never hands work to another thread.
 
-use crate::pagemap::RegionInner;
-use crate::slots::Slot;
+use crate::tier::Op;
+use crate::tier::OpKind;
 use crate::PAGE_SIZE;
 use io_uring::{opcode, types, IoUring};
 use std::os::fd::RawFd;
-use std::sync::Arc;
 
 /// `user_data` of the userfaultfd poll.
 pub const TOKEN_UFFD: u64 = u64::MAX;
 /// `user_data` of the thread's eventfd poll.
 pub const TOKEN_EVENT: u64 = u64::MAX - 1;
+/// `user_data` of a timeout that ends a bounded wait.
+pub const TOKEN_TIMEOUT: u64 = u64::MAX - 2;
+/// `user_data` of polls on other descriptors (fork children's pipes, other tiers'
+/// completion eventfds): `TOKEN_POLL_BASE + n`, counting down.
+pub const TOKEN_POLL_BASE: u64 = u64::MAX - 16;
 
-/// Read or write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OpKind {
-    /// Backend → shadow pages.
-    Read,
-    /// Shadow pages → backend.
-    Write,
-}
-
-/// One request: `pages[i]` of `region` ↔ slot `slot + i`, gathered from / scattered
-/// to the pages' shadow addresses.
-pub struct Op {
-    /// Direction.
-    pub kind: OpKind,
-    /// Owner of the pages (kept alive while the I/O is in flight).
-    pub region: Arc<RegionInner>,
-    /// Region page indices, in slot order.
-    pub pages: Vec<u64>,
-    /// First slot.
-    pub slot: Slot,
-    /// Tries so far.
-    pub attempt: u8,
-    /// Part of a whole-unit (2 MiB) swap-in: map the unit whole when all parts are in.
-    pub unit_read: bool,
-    iov: Vec<libc::iovec>,
-}
-
-// SAFETY: the iovecs point into the region's shadow mapping, which lives as long as
-// `region` (kept by the Arc) and is only read/written by the kernel during the I/O.
-unsafe impl Send for Op {}
-
-impl Op {
-    /// A request for `pages` (slot order) starting at `slot`.
-    pub fn new(kind: OpKind, region: Arc<RegionInner>, pages: Vec<u64>, slot: Slot) -> Op {
-        let iov = coalesce_iov(&region, &pages);
-        Op {
-            kind,
-            region,
-            pages,
-            slot,
-            attempt: 0,
-            unit_read: false,
-            iov,
-        }
-    }
-
-    /// Bytes the request moves.
-    pub fn bytes(&self) -> usize {
-        self.pages.len() * PAGE_SIZE
-    }
-}
-
-/// Shadow pages that follow each other become one iovec.
-fn coalesce_iov(region: &RegionInner, pages: &[u64]) -> Vec<libc::iovec> {
+/// Frames that follow each other become one iovec.
+pub(crate) fn coalesce_iov(frames: &[usize]) -> Vec<libc::iovec> {
     let mut iov: Vec<libc::iovec> = Vec::new();
-    for &p in pages {
-        let a = region.shadow_addr(p);
+    for &a in frames {
         if let Some(last) = iov.last_mut() {
             if last.iov_base as usize + last.iov_len == a {
                 last.iov_len += PAGE_SIZE;
@@ -129,7 +81,7 @@ impl Ring {
 
     fn push(&mut self, sqe: &io_uring::squeue::Entry) {
         loop {
-            // SAFETY: every buffer an SQE points to (shadow pages, iovec arrays held in
+            // SAFETY: every buffer an SQE points to (frames, iovec arrays held in
             // `self.ops`) stays valid until its completion is reaped.
             if unsafe { self.ring.submission().push(sqe) }.is_ok() {
                 return;
@@ -140,7 +92,7 @@ impl Ring {
     }
 
     /// Queue a read or write of `op` at `(fd, byte offset)` (submitted at the next
-    /// `submit`/`wait`).
+    /// `submit`/`wait`). The op's frames stay untouched until its completion.
     pub fn queue(&mut self, op: Op, (fd, off): (RawFd, u64)) {
         let idx = match self.free.pop() {
             Some(i) => i,
@@ -178,7 +130,8 @@ impl Ring {
         let Some(op) = self.ops[idx].as_ref() else {
             return;
         };
-        let (ptr, n) = (op.iov.as_ptr(), op.iov.len() as u32);
+        let iov = op.iov();
+        let (ptr, n) = (iov.as_ptr(), iov.len() as u32);
         let sqe = match op.kind {
             OpKind::Read => opcode::Readv::new(types::Fd(fd), ptr, n)
                 .offset(off)
@@ -206,6 +159,20 @@ impl Ring {
     /// Submit queued requests without waiting.
     pub fn submit(&mut self) {
         let _ = self.ring.submit();
+    }
+
+    /// Submit and sleep until at least one completion or `timeout`.
+    pub fn wait_for(&mut self, timeout: std::time::Duration) {
+        let ts = types::Timespec::new()
+            .sec(timeout.as_secs())
+            .nsec(timeout.subsec_nanos());
+        let args = types::SubmitArgs::new().timespec(&ts);
+        loop {
+            match self.ring.submitter().submit_with_args(1, &args) {
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                _ => return,
+            }
+        }
     }
 
     /// Submit and sleep until at least one completion.

@@ -1,0 +1,276 @@
+//! The budget: every byte the engine holds in RAM counts against it — resident
+//! region pages, the swap cache (clean copies and pages under I/O), spare zeroed
+//! THPs, the compressed tier's pool, and metadata (page maps, slot tables).
+//!
+//! It holds at every instant, not on average:
+//! - what the engine holds is one atomic (`used`, in pages), so that a reader never
+//!   sees pages in two gauges at once while they move between them ([`Budget::transfer`]);
+//! - a fault reserves the pages it may charge before it maps them ([`Budget::reserve`],
+//!   called by `reclaim::make_room`), checked as used + reserved − charged ≤ limit, so
+//!   two threads never both take the last room; fault-around and readahead ask for
+//!   more with [`Budget::take_room`], which grants only room nobody holds;
+//! - a new region's page map is reserved first (the limit drops at once), reclaimed
+//!   for, and only then counted ([`Budget::commit_metadata`]).
+
+use crate::PAGE_SIZE;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::*};
+
+/// Where pages the engine holds are counted. `used` is always their sum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gauge {
+    /// Mapped in a region.
+    Resident,
+    /// In swap-cache frames (clean copies, pages under I/O).
+    Cached,
+    /// Spare zeroed THPs made ahead for first touch.
+    Spare,
+    /// The compressed tier's pool.
+    #[allow(dead_code)] // until the compressed tier lands
+    Pool,
+}
+
+/// The budget and its gauges (pages unless named bytes). Guarded by atomics only.
+pub(crate) struct Budget {
+    /// Bytes the engine may hold.
+    budget: u64,
+    /// Sum of the gauges: what the limit is checked against and the peak reads.
+    used: AtomicI64,
+    resident: AtomicI64,
+    cached: AtomicI64,
+    spare: AtomicI64,
+    pool: AtomicI64,
+    /// Bytes of metadata charged (page maps, slot tables, fixed buffers).
+    metadata: AtomicU64,
+    /// Bytes of metadata of regions being created: out of the limit at once, in the
+    /// peak only once reclaim made room for them.
+    metadata_reserved: AtomicU64,
+    /// Pages reserved by faults in progress.
+    fault_reserved: AtomicI64,
+    /// Pages charged so far by faults in progress, out of their reservations.
+    fault_charged: AtomicI64,
+    /// Highest usage seen, in bytes (pages + metadata).
+    peak: AtomicU64,
+}
+
+thread_local! {
+    /// This thread's fault in progress: pages reserved (0 outside a fault; grown by
+    /// `take_room`) and pages charged so far.
+    static OWN: std::cell::Cell<(i64, i64)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// The room a fault in progress reserved; released when the fault is done, by
+/// which time its pages are charged.
+pub(crate) struct Room<'a> {
+    budget: &'a Budget,
+}
+
+impl Drop for Room<'_> {
+    fn drop(&mut self) {
+        let (reserved, charged) = OWN.with(|c| c.replace((0, 0)));
+        // Charged first: a reader in between over-counts, never under-counts.
+        self.budget.fault_charged.fetch_sub(charged, SeqCst);
+        self.budget.fault_reserved.fetch_sub(reserved, SeqCst);
+    }
+}
+
+impl Budget {
+    pub(crate) fn new(budget: u64) -> Budget {
+        Budget {
+            budget,
+            used: AtomicI64::new(0),
+            resident: AtomicI64::new(0),
+            cached: AtomicI64::new(0),
+            spare: AtomicI64::new(0),
+            pool: AtomicI64::new(0),
+            metadata: AtomicU64::new(0),
+            metadata_reserved: AtomicU64::new(0),
+            fault_reserved: AtomicI64::new(0),
+            fault_charged: AtomicI64::new(0),
+            peak: AtomicU64::new(0),
+        }
+    }
+
+    /// The budget in bytes.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.budget
+    }
+
+    fn gauge(&self, g: Gauge) -> &AtomicI64 {
+        match g {
+            Gauge::Resident => &self.resident,
+            Gauge::Cached => &self.cached,
+            Gauge::Spare => &self.spare,
+            Gauge::Pool => &self.pool,
+        }
+    }
+
+    /// Pages counted in gauge `g` now.
+    pub(crate) fn pages_in(&self, g: Gauge) -> i64 {
+        self.gauge(g).load(Relaxed)
+    }
+
+    /// Pages enter the engine's hold. Inside a fault they use its reservation.
+    pub(crate) fn charge(&self, g: Gauge, n: i64) {
+        self.used.fetch_add(n, Relaxed);
+        self.gauge(g).fetch_add(n, Relaxed);
+        let in_fault = OWN.with(|c| {
+            let (reserved, charged) = c.get();
+            if reserved > 0 {
+                c.set((reserved, charged + n));
+            }
+            reserved > 0
+        });
+        if in_fault {
+            self.fault_charged.fetch_add(n, SeqCst);
+        }
+    }
+
+    /// Pages leave the engine's hold.
+    pub(crate) fn uncharge(&self, g: Gauge, n: i64) {
+        self.gauge(g).fetch_sub(n, Relaxed);
+        self.used.fetch_sub(n, Relaxed);
+    }
+
+    /// Pages move from one gauge to another; `used` (what the limit reads) does not
+    /// change, so no reader ever counts them twice or not at all.
+    pub(crate) fn transfer(&self, from: Gauge, to: Gauge, n: i64) {
+        self.gauge(from).fetch_sub(n, Relaxed);
+        self.gauge(to).fetch_add(n, Relaxed);
+    }
+
+    /// Set gauge `g` to `pages` (a tier that knows its own size, e.g. the compressed
+    /// pool after a store or a compaction), charging or uncharging the difference.
+    #[allow(dead_code)] // until the compressed tier lands
+    pub(crate) fn set(&self, g: Gauge, pages: i64) {
+        let old = self.gauge(g).swap(pages, Relaxed);
+        self.used.fetch_add(pages - old, Relaxed);
+    }
+
+    /// Pages the engine may hold: the budget less metadata (charged and reserved).
+    pub(crate) fn limit_pages(&self) -> i64 {
+        let b = self
+            .budget
+            .saturating_sub(self.metadata.load(Relaxed) + self.metadata_reserved.load(Relaxed));
+        (b / PAGE_SIZE as u64) as i64
+    }
+
+    /// Background reclaim starts above this.
+    pub(crate) fn high_pages(&self) -> i64 {
+        let l = self.limit_pages();
+        l - (l / 32).max(512)
+    }
+
+    /// Background reclaim stops at this.
+    pub(crate) fn low_pages(&self) -> i64 {
+        let l = self.limit_pages();
+        l - (l / 12).max(1024)
+    }
+
+    /// Pages held now.
+    pub(crate) fn usage_pages(&self) -> i64 {
+        self.used.load(Relaxed)
+    }
+
+    /// Pages held, or promised to faults in progress: what must fit under the limit.
+    /// (Loads ordered so that a charge in between over-counts, never under-counts.)
+    pub(crate) fn promised_pages(&self) -> i64 {
+        let charged = self.fault_charged.load(SeqCst);
+        let used = self.usage_pages();
+        used + self.fault_reserved.load(SeqCst) - charged
+    }
+
+    /// Pages reserved by faults in progress and not charged yet.
+    pub(crate) fn unclaimed_pages(&self) -> i64 {
+        let charged = self.fault_charged.load(SeqCst);
+        (self.fault_reserved.load(SeqCst) - charged).max(0)
+    }
+
+    /// Try to reserve `want` pages for this thread's fault: true if they fit under the
+    /// limit (or `force`: the caller gave up making room and goes over the budget).
+    /// On false nothing is reserved.
+    pub(crate) fn try_reserve(&self, want: i64, force: bool) -> bool {
+        self.fault_reserved.fetch_add(want, SeqCst);
+        if force || self.promised_pages() <= self.limit_pages() {
+            return true;
+        }
+        self.fault_reserved.fetch_sub(want, SeqCst);
+        false
+    }
+
+    /// After a successful `try_reserve`: the guard that releases it.
+    pub(crate) fn room(&self, want: i64) -> Room<'_> {
+        OWN.with(|c| c.set((want, 0)));
+        Room { budget: self }
+    }
+
+    /// Room for up to `n` more pages in this thread's fault: what is left of its
+    /// reservation, grown without reclaim into room nobody else holds (fault-around,
+    /// a long readahead window, units read ahead). Returns the pages it may charge
+    /// (0 outside a fault).
+    pub(crate) fn take_room(&self, n: i64) -> i64 {
+        let (reserved, charged) = OWN.with(|c| c.get());
+        if reserved == 0 || n <= 0 {
+            return 0;
+        }
+        let left = (reserved - charged).max(0);
+        if left >= n {
+            return n;
+        }
+        let extra = n - left;
+        self.fault_reserved.fetch_add(extra, SeqCst);
+        let over = self.promised_pages() - self.limit_pages();
+        let back = over.clamp(0, extra);
+        if back > 0 {
+            self.fault_reserved.fetch_sub(back, SeqCst);
+        }
+        OWN.with(|c| c.set((reserved + extra - back, charged)));
+        left + extra - back
+    }
+
+    /// Whether a new region's page map waits for room that faults have promised.
+    pub(crate) fn metadata_waits(&self) -> bool {
+        self.metadata_reserved.load(Relaxed) > 0 && self.promised_pages() > self.limit_pages()
+    }
+
+    /// Metadata about to be charged: the limit drops at once.
+    pub(crate) fn reserve_metadata(&self, bytes: u64) {
+        self.metadata_reserved.fetch_add(bytes, Relaxed);
+    }
+
+    /// Reserved metadata becomes charged (the caller made room first).
+    pub(crate) fn commit_metadata(&self, bytes: u64) {
+        self.metadata.fetch_add(bytes, Relaxed);
+        self.metadata_reserved.fetch_sub(bytes, Relaxed);
+    }
+
+    /// Metadata freed.
+    pub(crate) fn release_metadata(&self, bytes: u64) {
+        self.metadata.fetch_sub(bytes, Relaxed);
+    }
+
+    /// Metadata bytes charged and reserved.
+    pub(crate) fn metadata_bytes(&self) -> (u64, u64) {
+        (
+            self.metadata.load(Relaxed),
+            self.metadata_reserved.load(Relaxed),
+        )
+    }
+
+    /// Record the current usage in the peak.
+    pub(crate) fn note_peak(&self) {
+        let used =
+            self.usage_pages().max(0) as u64 * PAGE_SIZE as u64 + self.metadata.load(Relaxed);
+        self.peak.fetch_max(used, Relaxed);
+    }
+
+    /// Highest usage seen, in bytes.
+    pub(crate) fn peak_bytes(&self) -> u64 {
+        self.peak.load(Relaxed)
+    }
+
+    /// After fork, in the child: its own engine starts with no fault in progress.
+    pub(crate) fn reset_faults(&self) {
+        self.fault_reserved.store(0, SeqCst);
+        self.fault_charged.store(0, SeqCst);
+    }
+}

@@ -1,0 +1,465 @@
+//! The fault path. A missing fault is served from the zero page (first touch), the
+//! swap cache (a copy still in RAM), the compressed tier, or the back tier (one read
+//! plus readahead); a write-protect fault marks a clean page dirty and frees its now
+//! stale slot (seed 001). Reads complete on the thread that issued them, which maps
+//! the page and wakes the faulting thread with the same ioctl.
+//!
+//! Every path ends with the faulting thread woken: by the ioctl that maps the page,
+//! by a wake of its range (the page changed under it: it faults again), or by a
+//! poison marker (its bytes are lost: SIGBUS on that page only).
+
+mod swapin;
+
+pub(crate) use swapin::{complete_read, drop_entry, poison_page, verify_read};
+
+use crate::budget::Gauge;
+use crate::engine::Engine;
+use crate::pagemap::{PageState, RegionInner, UnitPages};
+use crate::ring::{TOKEN_EVENT, TOKEN_TIMEOUT, TOKEN_UFFD};
+use crate::slots::Slot;
+use crate::sys::uffd::{Fault, Wake};
+use crate::threads::ThreadCtx;
+use crate::tier::{Op, OpKind};
+use crate::{ReadaheadPolicy, PAGE_SIZE, UNIT_PAGES, UNIT_SIZE};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, OnceLock};
+
+/// A fault thread: serve faults, complete I/O, sleep in the ring.
+pub(crate) fn run(e: &Arc<Engine>, mut ctx: ThreadCtx) {
+    ctx.ring.poll(ctx.event_fd, TOKEN_EVENT);
+    let mut cqes = Vec::new();
+    let spin = std::time::Duration::from_micros(e.cfg.spin_us as u64);
+    loop {
+        if e.threads.is_shutdown() && ctx.ring.inflight == 0 {
+            break;
+        }
+        let a = e.fork.enter();
+        // Faults first: they are what a program waits on.
+        if serve_faults(e, &mut ctx) == 0 && !spin.is_zero() {
+            let t = std::time::Instant::now();
+            while t.elapsed() < spin {
+                ctx.ring.submit();
+                if serve_faults(e, &mut ctx) > 0 {
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+        }
+        if !ctx.deferred.is_empty() {
+            // Faults put back for a pending fork: leave the engine so that the fork
+            // proceeds, then serve them (`enter` waits for the fork).
+            drop(a);
+            continue;
+        }
+        // Re-arm right before sleeping: the poll's completion may have been reaped
+        // anywhere, also inside a direct reclaim while serving a fault.
+        if !ctx.uffd_armed && !e.threads.is_shutdown() {
+            ctx.uffd_armed = true;
+            ctx.ring.poll(e.uffd.raw(), TOKEN_UFFD);
+        }
+        drop(a);
+        ctx.ring.wait();
+        let _a = e.fork.enter();
+        cqes.clear();
+        ctx.ring.reap(&mut cqes);
+        process_cqes(e, &mut ctx, &cqes);
+    }
+}
+
+/// Read and handle every pending fault; returns how many.
+fn serve_faults(e: &Engine, ctx: &mut ThreadCtx) -> usize {
+    let mut total = 0;
+    for f in std::mem::take(&mut ctx.deferred) {
+        total += 1;
+        if !handle_fault(e, ctx, f) {
+            ctx.deferred.push(f);
+        }
+    }
+    loop {
+        if !ctx.deferred.is_empty() {
+            return total;
+        }
+        let n = e.uffd.read_msgs(&mut ctx.msgs).unwrap_or_default();
+        if n == 0 {
+            return total;
+        }
+        total += n;
+        for i in 0..n {
+            if let Some(f) = crate::sys::uffd::decode(&ctx.msgs[i]) {
+                if !handle_fault(e, ctx, f) {
+                    ctx.deferred.push(f);
+                }
+            }
+        }
+        // Start the reads these faults need before looking for more.
+        ctx.ring.submit();
+    }
+}
+
+/// Dispatch one fault message. False: put it back (a fork is pending and it needs
+/// room first).
+fn handle_fault(e: &Engine, ctx: &mut ThreadCtx, f: Fault) -> bool {
+    let addr = f.addr & !(PAGE_SIZE - 1);
+    let Some(r) = e.regions.by_addr(addr) else {
+        // Not ours any more (region dropped while the thread faulted): let it retry.
+        let _ = e.uffd.wake(addr, PAGE_SIZE);
+        return true;
+    };
+    let page = ((addr - r.base) / PAGE_SIZE) as u64;
+    if f.wp {
+        handle_wp(e, &r, page);
+        true
+    } else {
+        handle_missing(e, ctx, &r, page, f.write)
+    }
+}
+
+fn handle_missing(
+    e: &Engine,
+    ctx: &mut ThreadCtx,
+    r: &Arc<RegionInner>,
+    page: u64,
+    write: bool,
+) -> bool {
+    // Room first, with no lock held: reclaim takes unit locks.
+    let want = if crate::unit::whole_units(r) {
+        // A stream through whole units also reserves the units it reads ahead.
+        let unit_no = page / UNIT_PAGES as u64;
+        let last = r.last_whole_unit.load(Relaxed);
+        let stream = last == unit_no.wrapping_sub(1) || last == unit_no + 1;
+        let ahead = if stream && r.policy.readahead != ReadaheadPolicy::Off {
+            crate::unit::units_ahead(e) as i64
+        } else {
+            0
+        };
+        UNIT_PAGES as i64 * (1 + ahead)
+    } else {
+        1 + e.cfg.readahead_max_pages as i64
+    };
+    let Some(_room) = crate::reclaim::make_room(e, ctx, r, want) else {
+        return false;
+    };
+    let unit = r.unit_of(page);
+    let mut u = unit.lock();
+    if r.is_dead() {
+        let _ = e.uffd.wake(r.page_addr(page), PAGE_SIZE);
+        return true;
+    }
+    unit.referenced.store(true, Relaxed);
+    let i = page as usize % UNIT_PAGES;
+    match u.get(i) {
+        PageState::Untouched => {
+            if !(write && crate::unit::zero_fill_unit(e, r, &mut u, page)) {
+                zero_fill(e, r, &mut u, page, write)
+            }
+        }
+        PageState::Resident { .. } => {
+            // Usually a fault that raced with the page's mapping: wake it. If the
+            // page is really missing (an engine bug, or the program discarded it
+            // behind uswap's back), waking would loop the program on this fault:
+            // poison it instead (a SIGBUS beats wrong data).
+            if e.pagemap.present(r.page_addr(page)) == Some(false) {
+                heal_missing_resident(e, r, &mut u, page);
+            }
+            let _ = e.uffd.wake(r.page_addr(page), PAGE_SIZE);
+        }
+        PageState::Poisoned => {
+            let _ = e.uffd.poison(r.page_addr(page), PAGE_SIZE);
+        }
+        PageState::Swapped(slot) => {
+            if !(crate::unit::whole_units(r)
+                && crate::unit::swap_in_unit(e, ctx, r, &mut u, page, write))
+            {
+                swapin::swap_in(e, ctx, r, &mut u, page, slot, write)
+            }
+        }
+    }
+    crate::reclaim::lru_add(e, r, page, &u);
+    true
+}
+
+/// A 2 MiB mapping that is never written: UFFDIO_COPY from it fills pages with
+/// zeros without any RSS of its own (reads map the kernel's zero page).
+fn zero_source() -> usize {
+    static ZERO: OnceLock<usize> = OnceLock::new();
+    *ZERO.get_or_init(|| {
+        // SAFETY: a fresh read-only anonymous mapping that is never unmapped.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                UNIT_SIZE,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert!(p != libc::MAP_FAILED, "cannot map the zero source");
+        p as usize
+    })
+}
+
+/// First touch: zeros, no I/O. A write maps them writable (dirty); a read maps them
+/// write-protected, so that clean zeros can be dropped without a write. Sequential
+/// first writes fault-around: the window doubles up to the rest of the unit, so a
+/// program filling memory takes one fault per 2 MiB, not 512.
+fn zero_fill(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64, write: bool) {
+    let i = page as usize % UNIT_PAGES;
+    let mut n = 1usize;
+    if write {
+        let mut za = r.zero_ahead.lock().unwrap_or_else(|p| p.into_inner());
+        za.win = if page == za.last && za.win > 0 {
+            (za.win * 2).min(UNIT_PAGES as u32)
+        } else {
+            1
+        };
+        let max = (za.win as usize).min(UNIT_PAGES - i);
+        while n < max && u.get(i + n) == PageState::Untouched {
+            n += 1;
+        }
+        // Past this fault's reservation only as far as free room allows.
+        n = n.min(e.budget.take_room(n as i64).max(1) as usize);
+        za.last = page + n as u64;
+    }
+    let addr = r.page_addr(page);
+    if let Err(err) = e.uffd.copy(
+        addr,
+        zero_source() as *const u8,
+        n * PAGE_SIZE,
+        !write,
+        Wake::Yes,
+    ) {
+        map_failed(e, "zero fill", addr, err);
+        return;
+    }
+    for k in 0..n {
+        u.set(
+            i + k,
+            PageState::Resident {
+                dirty: write,
+                slot: None,
+            },
+        );
+    }
+    u.resident += n as u32;
+    e.budget.charge(Gauge::Resident, n as i64);
+    r.counters.minflt.fetch_add(1, Relaxed);
+}
+
+/// A page resident by the page map is not mapped in the region: its bytes are gone
+/// (evicted copies always go through a frame under the unit lock, so this is an
+/// engine bug or a program that discarded region memory behind uswap's back).
+/// Poisoned: a SIGBUS beats wrong data. Under the unit's lock; said once.
+fn heal_missing_resident(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64) {
+    e.diag.not_mapped(r, page, "no copy found: poisoned");
+    let i = page as usize % UNIT_PAGES;
+    if let PageState::Resident { slot: Some(s), .. } = u.get(i) {
+        e.tiers.release(e, s);
+    }
+    u.set(i, PageState::Poisoned);
+    u.resident -= 1;
+    e.budget.uncharge(Gauge::Resident, 1);
+    let _ = e.uffd.poison(r.page_addr(page), PAGE_SIZE);
+}
+
+/// A mapping ioctl failed: say so unless the range went away under us (region
+/// dropped: nothing waits), and wake the faulting thread so that it retries.
+pub(crate) fn map_failed(e: &Engine, what: &str, addr: usize, err: std::io::Error) {
+    if !matches!(
+        err.raw_os_error(),
+        Some(libc::ENOENT) | Some(libc::EINVAL) | Some(libc::ESRCH)
+    ) {
+        eprintln!("uswap: {what} at {addr:#x} failed: {err}");
+    }
+    let _ = e.uffd.wake(addr, PAGE_SIZE);
+}
+
+/// Map the copies of consecutive pages `page..page + copies.len()`, each `(slot,
+/// frame)` whose entry the caller removed, into the region and give their frames
+/// back. Clean (a read fault): mapped write-protected, the slot stays valid. `dirty`
+/// (a write fault): writable at once, the slot is stale (seed 001). Wakes the range.
+/// Under the unit's lock.
+///
+/// Failure leaves each page where it was (its copy is put back in the cache as
+/// clean) and the faulting thread retries: a failed UFFDIO_COPY (ENOMEM under a
+/// memory limit) must not lose a good page.
+pub(crate) fn map_from_frames(
+    e: &Engine,
+    r: &RegionInner,
+    u: &mut UnitPages,
+    page: u64,
+    copies: &[(Slot, usize)],
+    dirty: bool,
+) {
+    let i0 = page as usize % UNIT_PAGES;
+    let mut k = 0;
+    while k < copies.len() {
+        // One copy per run of consecutive frames.
+        let mut n = 1;
+        while k + n < copies.len() && copies[k + n].1 == copies[k + n - 1].1 + PAGE_SIZE {
+            n += 1;
+        }
+        let dst = r.page_addr(page + k as u64);
+        let mapped = match e.uffd.copy_counted(
+            dst,
+            copies[k].1 as *const u8,
+            n * PAGE_SIZE,
+            !dirty,
+            Wake::Yes,
+        ) {
+            Ok(()) => n,
+            Err((done, err)) => {
+                map_failed(e, "swap-in copy", dst, err);
+                done / PAGE_SIZE
+            }
+        };
+        for (j, &(s, frame)) in copies[k..k + n].iter().enumerate() {
+            let idx = i0 + k + j;
+            if j < mapped {
+                mark_mapped(e, r, u, idx, s, dirty);
+                u.resident += 1;
+                e.frames.free(&e.zapper, &[frame]);
+                e.budget.transfer(Gauge::Cached, Gauge::Resident, 1);
+            } else {
+                // Not mapped: the copy stays in the cache, clean; the retry finds it.
+                let owner = crate::swap_cache::Owner {
+                    region: r.id,
+                    page: page + (k + j) as u64,
+                };
+                e.cache.insert(
+                    s,
+                    crate::swap_cache::Entry::new(
+                        owner,
+                        crate::swap_cache::CacheState::Clean,
+                        frame,
+                    ),
+                );
+                crate::reclaim::push_inactive(e, r.id, owner.page, s);
+            }
+        }
+        k += n;
+    }
+}
+
+/// Page `i` of a unit was just mapped from the swap-cache copy of slot `s` (the
+/// entry is gone): a clean page keeps its valid slot; a dirty one (mapped for a
+/// write) makes it stale, and the policy decides (seed 001).
+pub(crate) fn mark_mapped(
+    e: &Engine,
+    r: &RegionInner,
+    u: &mut UnitPages,
+    i: usize,
+    s: Slot,
+    dirty: bool,
+) {
+    e.slots.clear_cache(s);
+    let slot = if dirty {
+        stale_slot_of(e, r, s)
+    } else {
+        Some(s)
+    };
+    u.set(i, PageState::Resident { dirty, slot });
+}
+
+/// The stale-slot policy (seed 001) for one slot; what the page keeps.
+pub(crate) fn stale_slot_of(e: &Engine, r: &RegionInner, s: Slot) -> Option<Slot> {
+    match e.cfg.stale_slot_policy {
+        crate::StaleSlotPolicy::FreeOnWrite => {
+            e.tiers.release(e, s);
+            r.counters.stale_slot_freed.fetch_add(1, Relaxed);
+            None
+        }
+        crate::StaleSlotPolicy::KeepUntilReclaim => Some(s),
+    }
+}
+
+/// First write to a clean page: it becomes dirty, and its slot is stale.
+fn handle_wp(e: &Engine, r: &RegionInner, page: u64) {
+    let addr = r.page_addr(page);
+    let mut u = r.unit_of(page).lock();
+    if r.is_dead() {
+        let _ = e.uffd.wake(addr, PAGE_SIZE);
+        return;
+    }
+    if crate::unit::wp_unit(e, r, &mut u, page) {
+        return;
+    }
+    let i = page as usize % UNIT_PAGES;
+    match u.get(i) {
+        PageState::Resident { dirty: false, slot } => {
+            let slot = slot.and_then(|s| stale_slot_of(e, r, s));
+            u.set(i, PageState::Resident { dirty: true, slot });
+            r.counters.wpflt.fetch_add(1, Relaxed);
+            if let Err(err) = e.uffd.write_protect(addr, PAGE_SIZE, false, Wake::Yes) {
+                map_failed(e, "write unprotect", addr, err);
+            }
+        }
+        PageState::Resident { dirty: true, .. } => {
+            let _ = e.uffd.write_protect(addr, PAGE_SIZE, false, Wake::Yes);
+        }
+        // Evicted meanwhile: the retry takes a missing fault.
+        _ => {
+            let _ = e.uffd.wake(addr, PAGE_SIZE);
+        }
+    }
+}
+
+/// Handle completions reaped from a ring.
+pub(crate) fn process_cqes(e: &Engine, ctx: &mut ThreadCtx, cqes: &[(u64, i32)]) {
+    for &(ud, res) in cqes {
+        match ud {
+            TOKEN_UFFD => ctx.uffd_armed = false,
+            TOKEN_EVENT => {
+                crate::sys::mem::drain_eventfd(ctx.event_fd);
+                ctx.ring.poll(ctx.event_fd, TOKEN_EVENT);
+            }
+            TOKEN_TIMEOUT => {}
+            t if t > crate::ring::TOKEN_POLL_BASE - 1_000_000
+                && t <= crate::ring::TOKEN_POLL_BASE =>
+            {
+                crate::fork::child_poll_done(e, crate::ring::TOKEN_POLL_BASE - t);
+            }
+            _ => {
+                if let Some(op) = ctx.ring.take(ud) {
+                    complete(e, ctx, op, res);
+                }
+            }
+        }
+    }
+}
+
+/// One back-tier request finished with `res` (bytes, or -errno).
+pub(crate) fn complete(e: &Engine, ctx: &mut ThreadCtx, op: Op, mut res: i32) {
+    e.tiers.finished(&op);
+    let inj = e.cfg.inject;
+    match op.kind {
+        OpKind::Read => {
+            let n = e.diag.read_seq.fetch_add(1, Relaxed) + 1;
+            if inj.fail_read_every > 0 && n.is_multiple_of(inj.fail_read_every) {
+                res = -libc::EIO;
+            } else if inj.short_read_every > 0
+                && n.is_multiple_of(inj.short_read_every)
+                && res > PAGE_SIZE as i32
+            {
+                res = (res / PAGE_SIZE as i32 / 2).max(1) * PAGE_SIZE as i32;
+            }
+            if op.unit_read {
+                crate::unit::complete_unit_read(e, ctx, op, res)
+            } else {
+                complete_read(e, ctx, op, res)
+            }
+        }
+        OpKind::Write => {
+            let n = e.diag.write_seq.fetch_add(1, Relaxed) + 1;
+            if inj.fail_write_every > 0 && n.is_multiple_of(inj.fail_write_every) {
+                res = -libc::EIO;
+            } else if inj.short_write_every > 0
+                && n.is_multiple_of(inj.short_write_every)
+                && res > PAGE_SIZE as i32
+            {
+                res = (res / PAGE_SIZE as i32 / 2).max(1) * PAGE_SIZE as i32;
+            }
+            crate::writeback::complete_write(e, ctx, op, res)
+        }
+    }
+}

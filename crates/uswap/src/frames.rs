@@ -1,0 +1,318 @@
+//! Swap-cache frames: the pages where a page's bytes live while they are out of
+//! their region — evicted and waiting for their write, written and kept as a clean
+//! copy (the second chance), or being read in.
+//!
+//! Frames come from two arenas that the pool maps once and keeps for its lifetime:
+//! 4 KiB frames (never THP-backed, so a 4 KiB read allocates 4 KiB) and 2 MiB frames
+//! (THP-backed, for units swapped whole under `--unit 2m`: a unit is evicted into one
+//! with a single UFFDIO_MOVE of its PMD and swapped in the same way). Both arenas are
+//! registered with the pool's userfaultfd in write-protect mode only: UFFDIO_MOVE
+//! needs a registered destination, and an engine thread touching a frame must take
+//! an ordinary kernel fault, never a userfaultfd one (which only the engine's own
+//! fault thread could serve).
+//!
+//! A frame belongs to one swap-cache entry at a time and is given back only when
+//! that entry ends, after its I/O completed. So a page discarded and written again
+//! while its old copy is still being written or read gets a new frame: the old
+//! I/O never touches the new copy (the shadow-page design this replaces put every
+//! copy of region page *i* at shadow page *i*, and lost data exactly there), and no
+//! request ever points at memory that a region unmap could hand to a new mapping.
+
+use crate::error::Result;
+use crate::sys::mem::{map_aligned, unmap, Zapper};
+use crate::sys::uffd::{Uffd, REGISTER_WP};
+use crate::{PAGE_SIZE, UNIT_PAGES, UNIT_SIZE};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+
+/// Free/used bits of an arena's frames, with a next-fit hint.
+struct Bitmap {
+    /// Bit set: frame in use.
+    words: Vec<u64>,
+    frames: usize,
+    free: usize,
+    hint: usize,
+}
+
+impl Bitmap {
+    fn new(frames: usize) -> Bitmap {
+        let mut words = vec![0u64; frames.div_ceil(64)];
+        // Bits past the end are permanently used.
+        if !frames.is_multiple_of(64) {
+            *words.last_mut().expect("at least one word") = !0u64 << (frames % 64);
+        }
+        Bitmap {
+            words,
+            frames,
+            free: frames,
+            hint: 0,
+        }
+    }
+
+    fn is_used(&self, i: usize) -> bool {
+        self.words[i / 64] >> (i % 64) & 1 == 1
+    }
+
+    fn set(&mut self, i: usize, used: bool) {
+        if used {
+            self.words[i / 64] |= 1 << (i % 64);
+        } else {
+            self.words[i / 64] &= !(1 << (i % 64));
+        }
+    }
+
+    /// The first run of free frames at or after the hint (wrapping), at most `n`
+    /// long, marked used: `(first, len)`.
+    fn alloc_run(&mut self, n: usize) -> Option<(usize, usize)> {
+        if self.free == 0 || n == 0 {
+            return None;
+        }
+        let nwords = self.words.len();
+        let start_word = (self.hint / 64) % nwords;
+        for k in 0..=nwords {
+            let w = (start_word + k) % nwords;
+            if self.words[w] == !0 {
+                continue;
+            }
+            let bit = (!self.words[w]).trailing_zeros() as usize;
+            let first = w * 64 + bit;
+            if first >= self.frames {
+                continue;
+            }
+            let mut len = 0;
+            while len < n && first + len < self.frames && !self.is_used(first + len) {
+                self.set(first + len, true);
+                len += 1;
+            }
+            self.free -= len;
+            self.hint = first + len;
+            return Some((first, len));
+        }
+        None
+    }
+
+    fn release(&mut self, first: usize, len: usize) {
+        for i in first..first + len {
+            debug_assert!(self.is_used(i), "frame {i} freed twice");
+            if self.is_used(i) {
+                self.set(i, false);
+                self.free += 1;
+            }
+        }
+    }
+}
+
+/// One arena: `frames` frames of `frame_size` bytes from `base`.
+struct Arena {
+    base: usize,
+    frame_size: usize,
+    frames: usize,
+    map: Mutex<Bitmap>,
+}
+
+impl Arena {
+    fn new(frames: usize, frame_size: usize, huge: bool) -> Result<Arena> {
+        let base = map_aligned(frames * frame_size, huge)?;
+        Ok(Arena {
+            base,
+            frame_size,
+            frames,
+            map: Mutex::new(Bitmap::new(frames)),
+        })
+    }
+
+    fn len(&self) -> usize {
+        self.frames * self.frame_size
+    }
+
+    fn contains(&self, addr: usize) -> bool {
+        addr >= self.base && addr < self.base + self.len()
+    }
+
+    fn index(&self, addr: usize) -> usize {
+        (addr - self.base) / self.frame_size
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, Bitmap> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        unmap(self.base, self.len());
+    }
+}
+
+/// The pool's frames.
+pub(crate) struct Frames {
+    small: Arena,
+    huge: Arena,
+    /// Pages of each 2 MiB frame still owned by a cache entry; the frame goes back
+    /// (and is zapped whole: zapping part would split its THP) when none is.
+    huge_live: Box<[AtomicU16]>,
+    /// Frames handed out now (4 KiB units), for diagnostics.
+    in_use: AtomicU64,
+}
+
+impl Frames {
+    /// Arenas for a pool of `budget` bytes: every page it may hold can sit in a
+    /// frame, plus slack for the moments it runs over (virtual space only: nothing
+    /// is touched until used).
+    pub(crate) fn new(budget: u64) -> Result<Frames> {
+        let pages = (budget / PAGE_SIZE as u64) as usize;
+        let small = Arena::new(pages + 4 * UNIT_PAGES, PAGE_SIZE, false)?;
+        let units = pages / UNIT_PAGES + 4;
+        let huge = Arena::new(units, UNIT_SIZE, true)?;
+        Ok(Frames {
+            small,
+            huge,
+            huge_live: (0..units).map(|_| AtomicU16::new(0)).collect(),
+            in_use: AtomicU64::new(0),
+        })
+    }
+
+    /// Register both arenas with `uffd` (write-protect mode: MOVE may target them,
+    /// their own faults stay ordinary).
+    pub(crate) fn register(&self, uffd: &Uffd) -> std::io::Result<()> {
+        uffd.register(self.small.base, self.small.len(), REGISTER_WP)?;
+        uffd.register(self.huge.base, self.huge.len(), REGISTER_WP)
+    }
+
+    /// Up to `n` 4 KiB frames as runs of consecutive frames, appended to `out` as
+    /// `(addr, pages)`; returns how many (fewer only when the arena is exhausted).
+    pub(crate) fn alloc(&self, n: usize, out: &mut Vec<(usize, usize)>) -> usize {
+        let mut got = 0;
+        let mut m = self.small.map();
+        while got < n {
+            let Some((first, len)) = m.alloc_run(n - got) else {
+                break;
+            };
+            out.push((self.small.base + first * PAGE_SIZE, len));
+            got += len;
+        }
+        self.in_use.fetch_add(got as u64, Relaxed);
+        got
+    }
+
+    /// One 4 KiB frame.
+    pub(crate) fn alloc_one(&self) -> Option<usize> {
+        let mut v = Vec::with_capacity(1);
+        (self.alloc(1, &mut v) == 1).then(|| v[0].0)
+    }
+
+    /// One 2 MiB frame (THP-backed once populated) for a whole unit; all its pages
+    /// count as owned until given back with [`Frames::free`].
+    pub(crate) fn alloc_huge(&self) -> Option<usize> {
+        let (i, _) = self.huge.map().alloc_run(1)?;
+        self.huge_live[i].store(UNIT_PAGES as u16, Relaxed);
+        self.in_use.fetch_add(UNIT_PAGES as u64, Relaxed);
+        Some(self.huge.base + i * UNIT_SIZE)
+    }
+
+    /// Whether `addr` is a page of a 2 MiB frame.
+    pub(crate) fn is_huge(&self, addr: usize) -> bool {
+        self.huge.contains(addr)
+    }
+
+    /// Give back the frames of `pages` (addresses of 4 KiB pages, each owned by the
+    /// caller): their memory is zapped first, so a frame handed out again is empty
+    /// (UFFDIO_MOVE refuses a destination that is not). A page of a 2 MiB frame
+    /// gives back only its share: the frame goes when its last page does.
+    pub(crate) fn free(&self, zapper: &Zapper, pages: &[usize]) {
+        let mut zap: Vec<(usize, usize)> = Vec::new();
+        let mut small: Vec<usize> = Vec::new();
+        let mut huge: Vec<usize> = Vec::new();
+        for &a in pages {
+            if self.huge.contains(a) {
+                let i = self.huge.index(a);
+                let before = self.huge_live[i].fetch_sub(1, Relaxed);
+                debug_assert!(before > 0, "2 MiB frame {i} freed past empty");
+                if before == 1 {
+                    zap.push((self.huge.base + i * UNIT_SIZE, UNIT_SIZE));
+                    huge.push(i);
+                }
+            } else if self.small.contains(a) {
+                match zap.last_mut() {
+                    Some(last) if last.0 + last.1 == a && !self.huge.contains(last.0) => {
+                        last.1 += PAGE_SIZE
+                    }
+                    _ => zap.push((a, PAGE_SIZE)),
+                }
+                small.push(self.small.index(a));
+            }
+        }
+        zapper.zap(&zap);
+        if !small.is_empty() {
+            let mut m = self.small.map();
+            for &i in &small {
+                m.release(i, 1);
+            }
+        }
+        if !huge.is_empty() {
+            let mut m = self.huge.map();
+            for &i in &huge {
+                m.release(i, 1);
+            }
+        }
+        self.in_use.fetch_sub(pages.len() as u64, Relaxed);
+    }
+
+    /// Give back a whole 2 MiB frame whose pages were all moved out (nothing to zap).
+    pub(crate) fn free_moved_huge(&self, addr: usize) {
+        let i = self.huge.index(addr);
+        let live = self.huge_live[i].swap(0, Relaxed);
+        self.huge.map().release(i, 1);
+        self.in_use.fetch_sub(live as u64, Relaxed);
+    }
+
+    /// Give back 4 KiB frames whose pages were moved out (nothing to zap).
+    pub(crate) fn free_moved(&self, addr: usize, pages: usize) {
+        self.small.map().release(self.small.index(addr), pages);
+        self.in_use.fetch_sub(pages as u64, Relaxed);
+    }
+
+    /// The bytes of a frame page the caller owns, with no I/O in flight on it.
+    pub(crate) fn page(&self, addr: usize) -> &[u8] {
+        assert!(self.small.contains(addr) || self.huge.contains(addr));
+        // SAFETY: the arenas stay mapped as long as `self`; a frame page not yet
+        // populated reads as zeros through an ordinary kernel fault (the arenas are
+        // registered for write-protect faults only, never missing ones); the caller
+        // owns the page and no I/O writes it meanwhile.
+        unsafe { std::slice::from_raw_parts(addr as *const u8, PAGE_SIZE) }
+    }
+
+    /// After fork, in the child: every frame is free and empty (the child's copies
+    /// of the parent's frames are zapped; nothing of the parent's I/O lands here).
+    pub(crate) fn reset_after_fork(&self, zapper: &Zapper) {
+        zapper.zap(&[
+            (self.small.base, self.small.len()),
+            (self.huge.base, self.huge.len()),
+        ]);
+        *self.small.map() = Bitmap::new(self.small.frames);
+        *self.huge.map() = Bitmap::new(self.huge.frames);
+        for l in self.huge_live.iter() {
+            l.store(0, Relaxed);
+        }
+        self.in_use.store(0, Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bitmap_runs_and_reuse() {
+        let mut b = Bitmap::new(130);
+        assert_eq!(b.alloc_run(100), Some((0, 100)));
+        assert_eq!(b.alloc_run(100), Some((100, 30)));
+        assert_eq!(b.alloc_run(1), None);
+        b.release(10, 5);
+        b.release(120, 2);
+        // Next fit from the hint wraps to the first hole.
+        assert_eq!(b.alloc_run(8), Some((10, 5)));
+        assert_eq!(b.alloc_run(8), Some((120, 2)));
+        assert_eq!(b.free, 0);
+    }
+}

@@ -1,0 +1,301 @@
+//! Eviction: a unit's resident pages leave the region into frames — one UFFDIO_MOVE
+//! per run (no copy; atomic against the program's writes: a write after the move
+//! faults and waits), a whole unit under `--unit 2m` as one PMD into a 2 MiB frame.
+//! Clean pages whose slot is still valid become clean cache copies (no write), clean
+//! zeros are dropped, dirty pages go to writeback.
+
+use crate::budget::Gauge;
+use crate::engine::Engine;
+use crate::pagemap::{PageState, RegionInner, UnitPages};
+use crate::swap_cache::{CacheState, Entry, Owner};
+use crate::sys::uffd::Wake;
+use crate::threads::ThreadCtx;
+use crate::{UnitPolicy, PAGE_SIZE, UNIT_PAGES};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+/// How far reclaim evicts beyond what it needs: half the budget, at most 1 GiB. The
+/// margin keeps a queue of writes for the device and gives a read stream room for the
+/// units it reads ahead (2 GiB / 256 MiB, --unit 2m: no margin left seq-read at 670
+/// MB/s with 3% readahead hits, each unit read 3 times; half the budget: 1,800+).
+fn evict_ahead_pages(e: &Engine) -> i64 {
+    (e.budget.limit_pages() / 2).min(1 << 18)
+}
+
+/// Whether reclaim may evict one more unit ahead of need: the margin is not used up
+/// by writes in flight (every evicting thread's, as they go: two threads that each
+/// sized their batch at the start evicted the whole resident set between them, the
+/// unit the program was writing included), and a quarter of the limit stays resident.
+fn may_evict_ahead(e: &Engine) -> bool {
+    e.tiers.inflight.write_pages.load(Relaxed) < evict_ahead_pages(e)
+        && e.budget.pages_in(Gauge::Resident) > e.budget.limit_pages() / 4
+}
+
+/// Evict whole units, oldest first, until at least `need` pages left the region, then
+/// on ahead while `may_evict_ahead`; a unit faulted on during the scan is evicted only
+/// for `need`, never ahead. Returns pages that left.
+pub(super) fn evict_lru(e: &Engine, ctx: &mut ThreadCtx, need: i64) -> i64 {
+    let mut moved = 0;
+    let len = e.lists.lru().len();
+    let mut scanned = 0;
+    while (moved < need || may_evict_ahead(e)) && scanned < 2 * len + 1 {
+        let Some(key) = e.lists.lru().pop_front() else {
+            break;
+        };
+        scanned += 1;
+        let (rid, ui) = ((key >> 32) as u32, (key & 0xffff_ffff) as usize);
+        let Some(r) = e.regions.by_id(rid) else {
+            continue;
+        };
+        let unit = &r.units[ui];
+        // Second chance: a unit faulted on since the last pass goes round once more.
+        if scanned <= len && unit.referenced.swap(false, Relaxed) {
+            e.lists.lru().push_back(key);
+            continue;
+        }
+        if moved >= need && unit.referenced.load(Relaxed) {
+            // Faulted on since this scan passed it: in use now, not ahead-able.
+            e.lists.lru().push_back(key);
+            break;
+        }
+        let mut u = unit.lock();
+        unit.on_lru.store(false, Relaxed);
+        moved += evict_unit(e, ctx, &r, ui, &mut u);
+        // Pages that could not leave (pinned, or writeback refused) keep the unit on
+        // the list.
+        super::lru_add(e, &r, (ui * UNIT_PAGES) as u64, &u);
+    }
+    moved
+}
+
+/// Whether a resident page can leave without a write (clean, and a valid copy or
+/// zeros).
+fn leaves_without_write(s: PageState) -> bool {
+    matches!(s, PageState::Resident { dirty: false, .. })
+}
+
+/// Frames for the pages at `idx` of a unit (indices in order): one 2 MiB frame for a
+/// whole unit under `Huge`, else runs of 4 KiB frames. None when none are free.
+fn frames_for(e: &Engine, r: &RegionInner, idx: &[usize]) -> Option<Vec<usize>> {
+    if idx.len() == UNIT_PAGES && r.policy.unit == UnitPolicy::Huge {
+        if let Some(h) = e.frames.alloc_huge() {
+            return Some((0..UNIT_PAGES).map(|i| h + i * PAGE_SIZE).collect());
+        }
+    }
+    let mut runs = Vec::new();
+    let got = e.frames.alloc(idx.len(), &mut runs);
+    let frames: Vec<usize> = runs
+        .iter()
+        .flat_map(|&(a, n)| (0..n).map(move |k| a + k * PAGE_SIZE))
+        .collect();
+    if got < idx.len() {
+        e.frames.free(&e.zapper, &frames);
+        return None;
+    }
+    Some(frames)
+}
+
+/// Move every resident page of unit `ui` that may leave out of the region. Returns
+/// pages that left.
+fn evict_unit(
+    e: &Engine,
+    ctx: &mut ThreadCtx,
+    r: &Arc<RegionInner>,
+    ui: usize,
+    u: &mut UnitPages,
+) -> i64 {
+    if r.is_dead() || u.resident == 0 {
+        return 0;
+    }
+    let first = (ui * UNIT_PAGES) as u64;
+    let writable = crate::writeback::can_write(e);
+    // With writeback refused, only what leaves without a write may go: moving dirty
+    // pages out only to put them back would spin.
+    let idx: Vec<usize> = (0..UNIT_PAGES)
+        .filter(|&i| match u.get(i) {
+            s @ PageState::Resident { .. } => writable || leaves_without_write(s),
+            _ => false,
+        })
+        .collect();
+    if idx.is_empty() {
+        return 0;
+    }
+    let Some(dst) = frames_for(e, r, &idx) else {
+        return 0;
+    };
+    // 1. Detach: one MOVE per run of pages whose frames follow each other too.
+    let mut left: Vec<(usize, usize)> = Vec::with_capacity(idx.len()); // (index, frame)
+    let mut unused: Vec<usize> = Vec::new();
+    let mut k = 0;
+    while k < idx.len() {
+        let mut n = 1;
+        while k + n < idx.len()
+            && idx[k + n] == idx[k + n - 1] + 1
+            && dst[k + n] == dst[k + n - 1] + PAGE_SIZE
+        {
+            n += 1;
+        }
+        let p = first + idx[k] as u64;
+        let (done, err) =
+            e.uffd
+                .move_pages_partial(dst[k], r.page_addr(p), n * PAGE_SIZE, Wake::Yes);
+        let m = done / PAGE_SIZE;
+        left.extend((k..k + m).map(|j| (idx[j], dst[j])));
+        if let Some(err) = err.filter(|_| m < n) {
+            // This page refused to move; the rest of the run is tried again next.
+            let (j, q) = (k + m, first + idx[k + m] as u64);
+            if refused_page(e, r, u, q, dst[j], err) {
+                left.push((idx[j], dst[j]));
+            } else {
+                unused.push(dst[j]);
+            }
+            k += m + 1;
+            continue;
+        }
+        k += n;
+    }
+    if !unused.is_empty() {
+        e.frames.free(&e.zapper, &unused);
+    }
+    if left.is_empty() {
+        return 0;
+    }
+    let n_left = left.len() as i64;
+    u.resident -= n_left as u32;
+    e.budget.transfer(Gauge::Resident, Gauge::Cached, n_left);
+    r.counters.evicted.fetch_add(n_left as u64, Relaxed);
+    let frames: Vec<usize> = left.iter().map(|&(_, f)| f).collect();
+    // 2. A whole unit leaves as one 2 MiB write to one cluster.
+    if left.len() == UNIT_PAGES
+        && crate::unit::whole_units(r)
+        && crate::unit::write_whole(e, ctx, r, u, first, &frames)
+    {
+        u.clean_by_move = false;
+        return n_left;
+    }
+    // 3. Classify.
+    let mut to_write: Vec<u64> = Vec::new();
+    let mut to_write_frames: Vec<usize> = Vec::new();
+    let mut zeros: Vec<usize> = Vec::new();
+    let mut clean = 0u64;
+    for &(i, f) in &left {
+        let p = first + i as u64;
+        match u.get(i) {
+            PageState::Resident {
+                dirty: false,
+                slot: Some(s),
+            } if !u.clean_by_move
+                || e.tiers
+                    .meta
+                    .hash_matches(s, crate::tier::page_hash(e.frames.page(f))) =>
+            {
+                e.cache.insert(
+                    s,
+                    Entry::new(
+                        Owner {
+                            region: r.id,
+                            page: p,
+                        },
+                        CacheState::Clean,
+                        f,
+                    ),
+                );
+                e.slots.set_cache(s);
+                u.set(i, PageState::Swapped(s));
+                super::push_inactive(e, r.id, p, s);
+                clean += 1;
+            }
+            PageState::Resident {
+                dirty: false,
+                slot: None,
+            } if !u.clean_by_move => {
+                // Zeros never written: nothing to keep.
+                u.set(i, PageState::Untouched);
+                zeros.push(f);
+            }
+            PageState::Resident { slot, dirty } => {
+                if !dirty {
+                    // Mapped clean by a move, written in the window before its
+                    // protection: caught by its checksum.
+                    e.diag.clean_mismatch.fetch_add(1, Relaxed);
+                }
+                if let Some(stale) = slot {
+                    e.tiers.release(e, stale);
+                    r.counters.stale_slot_freed.fetch_add(1, Relaxed);
+                }
+                to_write.push(p);
+                to_write_frames.push(f);
+            }
+            _ => {}
+        }
+    }
+    u.clean_by_move = false;
+    if !zeros.is_empty() {
+        e.frames.free(&e.zapper, &zeros);
+        e.budget.uncharge(Gauge::Cached, zeros.len() as i64);
+    }
+    // 4. Slots for the dirty pages, and one gathered write per slot run; pages that
+    // got no slot go back (over budget, said once).
+    let unbacked = crate::writeback::write_pages(e, ctx, r, u, &to_write, &to_write_frames, 0);
+    let back = unbacked.len() as i64;
+    for (p, f) in unbacked {
+        crate::writeback::restore_dirty(e, r, u, p, f);
+    }
+    r.counters.clean_evicted.fetch_add(clean, Relaxed);
+    n_left - back
+}
+
+/// Page `q` refused UFFDIO_MOVE with `err`. EBUSY while mapped by this process only:
+/// pinned by the program's own I/O (O_DIRECT into it), so it stays, or the program
+/// would keep stale bytes once the DMA lands. Shared copy-on-write with a forked
+/// process (or any other refusal of a present page): copied out into `frame`. Not
+/// mapped at all: its bytes are gone, the page is poisoned. True if it left.
+fn refused_page(
+    e: &Engine,
+    r: &RegionInner,
+    u: &mut UnitPages,
+    q: u64,
+    frame: usize,
+    err: std::io::Error,
+) -> bool {
+    let addr = r.page_addr(q);
+    match e.pagemap.page(addr) {
+        Some(info) if !info.present => {
+            e.diag.not_mapped(r, q, "no copy found: poisoned");
+            let i = q as usize % UNIT_PAGES;
+            if let PageState::Resident { slot: Some(s), .. } = u.get(i) {
+                e.tiers.release(e, s);
+            }
+            u.set(i, PageState::Poisoned);
+            u.resident -= 1;
+            e.budget.uncharge(Gauge::Resident, 1);
+            let _ = e.uffd.poison(addr, PAGE_SIZE);
+            false
+        }
+        Some(info) if info.exclusive && err.raw_os_error() == Some(libc::EBUSY) => false,
+        Some(_) => copy_out(e, addr, frame),
+        None => false,
+    }
+}
+
+/// Detach a page that cannot move: write-protect it so that the program's next write
+/// waits, copy it into the frame, drop it from the region. Under the unit's lock.
+fn copy_out(e: &Engine, addr: usize, frame: usize) -> bool {
+    if e.uffd
+        .write_protect(addr, PAGE_SIZE, true, Wake::No)
+        .is_err()
+    {
+        return false;
+    }
+    // A populated frame page, so the copy cannot fault.
+    if !crate::sys::mem::populate_write(frame, PAGE_SIZE) {
+        let _ = e.uffd.write_protect(addr, PAGE_SIZE, false, Wake::Yes);
+        return false;
+    }
+    // SAFETY: the region page is present (checked under the unit lock, which every
+    // change of it takes) and write-protected, so nobody changes it now; the frame is
+    // ours and populated.
+    unsafe { crate::sys::mem::copy_page(frame, addr) };
+    e.zapper.zap(&[(addr, PAGE_SIZE)]);
+    true
+}

@@ -1,0 +1,204 @@
+//! Reclaim: keeps everything the engine holds under the budget.
+//!
+//! Two lists (`lists.rs`), like the kernel's active/inactive LRUs but built from what
+//! user space can see (faults, not accessed bits): units with resident pages in a
+//! CLOCK with a second-chance bit set by every fault in the unit, and clean pages in
+//! the swap cache in the order they got there. Eviction (`evict.rs`) takes a unit
+//! whole into frames; dirty pages go to writeback, clean ones with a valid slot stay
+//! as clean cache copies (no write), which trimming drops oldest first. A fault on a
+//! page still in the cache is the cheap second chance.
+//!
+//! The reclaim thread (`run`, the kernel's kswapd) works between the watermarks; a
+//! fault that would cross the limit reclaims directly (`make_room`).
+
+mod evict;
+mod lists;
+
+pub(crate) use lists::{lru_add, push_inactive, ReclaimLists};
+
+use crate::budget::Room;
+use crate::engine::Engine;
+use crate::pagemap::RegionInner;
+use crate::ring::{TOKEN_EVENT, TOKEN_TIMEOUT};
+use crate::threads::ThreadCtx;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+/// Pages a direct reclaim frees beyond what the fault needs, so that the next faults
+/// do not reclaim again at once.
+const DIRECT_BATCH: i64 = 256;
+
+/// Before a fault maps up to `want` pages: reserve them, reclaiming directly if
+/// usage plus every fault's reservation would cross the budget; wake the reclaim
+/// thread above the high watermark. The reservation lasts as long as the returned
+/// guard: the fault charges its pages while holding it, and charges nothing past it
+/// (`Budget::take_room` for more), so two threads never both take the last room, and
+/// a new region's page map waits for them.
+///
+/// None: no room, and a fork is pending, which holds back the other threads whose
+/// I/O would make it; the caller puts the fault back and leaves the engine.
+pub(crate) fn make_room<'a>(
+    e: &'a Engine,
+    ctx: &mut ThreadCtx,
+    r: &RegionInner,
+    want: i64,
+) -> Option<Room<'a>> {
+    let mut stalled = 0;
+    loop {
+        // After two passes of reclaim without progress: over budget rather than a
+        // hung fault (said once).
+        if e.budget.try_reserve(want, stalled >= 2) {
+            break;
+        }
+        if stalled == 0 {
+            r.counters.direct_reclaim.fetch_add(1, Relaxed);
+        }
+        let target = e.budget.limit_pages() - e.budget.unclaimed_pages() - want - DIRECT_BATCH;
+        if !reclaim(e, ctx, target) {
+            if e.fork.pending() {
+                return None;
+            }
+            stalled += 1;
+            if stalled >= 2 {
+                e.diag.over_budget();
+            }
+        }
+    }
+    if e.budget.usage_pages() > e.budget.high_pages() {
+        e.threads.wake_kswapd();
+    }
+    Some(e.budget.room(want))
+}
+
+/// Reclaim until usage is at most `target` pages; false if it gave up (nothing more
+/// can go now).
+pub(crate) fn reclaim(e: &Engine, ctx: &mut ThreadCtx, target: i64) -> bool {
+    let mut idle = 0;
+    let mut cqes = Vec::new();
+    while e.budget.usage_pages() > target && !e.threads.is_shutdown() {
+        // Spare zeroed THPs nobody is about to take go first (`spare.rs`).
+        if e.spares.idle() && crate::spare::drop(e, usize::MAX) > 0 {
+            continue;
+        }
+        let need = e.budget.usage_pages() - target;
+        let dropped = lists::trim_inactive(e, need);
+        if dropped >= need {
+            continue;
+        }
+        // Pages under writeback become droppable when their writes complete: evict
+        // only what they do not cover, then ahead of need up to a margin
+        // (`evict::may_evict_ahead`), and otherwise wait for completions below. The
+        // margin keeps a queue of writes for the device and gives a read stream room
+        // for unit readahead instead of dropping what was just read ahead.
+        let uncovered = need - dropped - e.tiers.inflight.write_pages.load(Relaxed);
+        let moved = evict::evict_lru(e, ctx, uncovered.max(0));
+        ctx.ring.submit();
+        if dropped > 0 || moved > 0 {
+            idle = 0;
+            continue;
+        }
+        // Nothing droppable now: what remains is under I/O. Wait for our own writes;
+        // other threads' complete on their rings.
+        if ctx.ring.inflight > 0 {
+            ctx.ring.wait();
+            cqes.clear();
+            ctx.ring.reap(&mut cqes);
+            crate::fault::process_cqes(e, ctx, &cqes);
+        } else if e.fork.pending() {
+            // Other threads wait outside the engine for a fork, which waits for this
+            // one: give up for now (the caller leaves and comes back).
+            return false;
+        } else if e.tiers.inflight.requests.load(Relaxed) > 0 && idle < 200_000 {
+            // Another thread's I/O will make pages droppable: the budget is a promise,
+            // so wait for it (bounded at ~10 s against a stuck device).
+            idle += 1;
+            e.threads.wake_kswapd();
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        } else if crate::spare::drop(e, 1) > 0 {
+            // Nothing will free room but a spare zeroed THP: it goes. (Not before:
+            // dropped, its memory goes back to the host, and making it again costs
+            // more than waiting for a write.)
+            idle = 0;
+        } else {
+            // Nothing in flight and nothing evictable (pinned pages, or writeback
+            // refused by the device): proceed rather than hang or spin.
+            return false;
+        }
+    }
+    true
+}
+
+/// What the reclaim thread should bring usage down to, if anything: the low
+/// watermark once above the high one; lower while a new region's page map waits for
+/// room that faults in progress have promised.
+fn kswapd_target(e: &Engine) -> Option<i64> {
+    if e.threads.is_shutdown() {
+        return None;
+    }
+    let b = &e.budget;
+    if b.metadata_waits() {
+        return Some(b.low_pages() - b.unclaimed_pages());
+    }
+    (b.usage_pages() > b.high_pages()).then(|| b.low_pages())
+}
+
+/// The reclaim thread.
+pub(crate) fn run(e: &Arc<Engine>, mut ctx: ThreadCtx) {
+    // Background reclaim yields to the program and the fault threads (nice 19): at
+    // the default priority it ran 1 ms stretches on the CPU where the program and its
+    // fault thread hand a fault back and forth, while the other vCPU idled (perf
+    // sched: 1.2 ms scheduling delays per fault). Measured on swap-w-seq 2 GiB /
+    // 256 MiB, --unit 2m: the first pass went from 1.5-1.8 s to 1.1-1.2 s. If it
+    // falls behind, faults reclaim directly, as before.
+    crate::sys::mem::set_thread_nice(19);
+    ctx.ring.poll(ctx.event_fd, TOKEN_EVENT);
+    let mut cqes = Vec::new();
+    // A pass that could not reach its target (writeback refused, pages pinned) is
+    // not repeated until something changes: a wake-up, a completion, or the
+    // writeback pause ending.
+    let mut futile = false;
+    loop {
+        if e.threads.is_shutdown() && ctx.ring.inflight == 0 {
+            break;
+        }
+        {
+            let _a = e.fork.enter();
+            crate::fork::arm_child_polls(e, &mut ctx);
+        }
+        if !futile {
+            if let Some(target) = kswapd_target(e) {
+                let _a = e.fork.enter();
+                futile = !reclaim(e, &mut ctx, target);
+                continue;
+            }
+            let made_spare = {
+                let _a = e.fork.enter();
+                crate::spare::refill(e)
+            };
+            if made_spare {
+                continue;
+            }
+        }
+        e.threads.kswapd_sleeps(true);
+        // Re-check after publishing that we sleep (a waker may have missed us).
+        if !futile && kswapd_target(e).is_some() {
+            e.threads.kswapd_sleeps(false);
+            continue;
+        }
+        match (futile, e.writeback.blocked_for()) {
+            (true, Some(d)) => ctx
+                .ring
+                .wait_for(d.max(std::time::Duration::from_millis(1))),
+            (true, None) => ctx.ring.wait_for(std::time::Duration::from_millis(100)),
+            _ => ctx.ring.wait(),
+        }
+        e.threads.kswapd_sleeps(false);
+        futile = false;
+        // Completions take unit locks: inside the engine (no fork meanwhile).
+        let _a = e.fork.enter();
+        cqes.clear();
+        ctx.ring.reap(&mut cqes);
+        cqes.retain(|&(ud, _)| ud != TOKEN_TIMEOUT);
+        crate::fault::process_cqes(e, &mut ctx, &cqes);
+    }
+}

@@ -1,0 +1,177 @@
+//! The pool's threads and what each one owns.
+//!
+//! - Fault threads (`PoolBuilder::fault_threads`, default 1, `fault::run`): each
+//!   sleeps in its own io_uring waiting for "userfaultfd readable" and for its own
+//!   I/O completions, so one sleep covers both and a fault needs no hop to another
+//!   thread; it reclaims directly when a fault would cross the budget.
+//! - One reclaim thread (the kernel's kswapd, `reclaim::run`): woken above the high
+//!   watermark, it evicts down to the low one, with its own ring for the writes; it
+//!   also makes spare zeroed THPs and notices forked children that are gone.
+//!
+//! A panic in an engine thread leaves the engine in an unknown state, and a program
+//! waiting on a fault would then wait forever: the process is aborted instead, with
+//! the panic's message (a defined, loud failure rather than a hang).
+
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::ring::Ring;
+use crate::slots::SlotCursor;
+use crate::sys::mem::{eventfd, signal_eventfd};
+use crate::sys::uffd::{Fault, MSG_SIZE};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+/// Per-thread state: its ring, its slot cursor, its fault message buffer.
+pub(crate) struct ThreadCtx {
+    pub(crate) ring: Ring,
+    pub(crate) cursor: SlotCursor,
+    pub(crate) msgs: Vec<[u8; MSG_SIZE]>,
+    /// A poll on the userfaultfd is armed in the ring.
+    pub(crate) uffd_armed: bool,
+    /// Faults put back because a fork is pending and they need room that only
+    /// other threads' I/O can make (see `reclaim::make_room`); served after the fork.
+    pub(crate) deferred: Vec<Fault>,
+    /// The eventfd that wakes this thread.
+    pub(crate) event_fd: RawFd,
+}
+
+impl ThreadCtx {
+    pub(crate) fn new(e: &Engine, event_fd: RawFd) -> Result<ThreadCtx> {
+        Ok(ThreadCtx {
+            ring: Ring::new(512).map_err(|source| Error::Sys {
+                op: "io_uring_setup",
+                source,
+            })?,
+            cursor: e.slots.cursor(),
+            msgs: vec![[0u8; MSG_SIZE]; 64],
+            uffd_armed: false,
+            deferred: Vec::new(),
+            event_fd,
+        })
+    }
+}
+
+/// The threads' handles, wake-ups and life.
+pub(crate) struct Threads {
+    /// eventfd that wakes the reclaim thread.
+    kswapd_event: OwnedFd,
+    kswapd_asleep: AtomicBool,
+    /// eventfds of the fault threads (shutdown).
+    fault_events: Vec<OwnedFd>,
+    handles: Mutex<Vec<JoinHandle<()>>>,
+    /// Pool and Region handles alive; the threads stop when it reaches 0.
+    users: AtomicUsize,
+    shutdown: AtomicBool,
+}
+
+impl Threads {
+    pub(crate) fn new(fault_threads: usize) -> Result<Threads> {
+        Ok(Threads {
+            kswapd_event: eventfd()?,
+            kswapd_asleep: AtomicBool::new(false),
+            fault_events: (0..fault_threads)
+                .map(|_| eventfd())
+                .collect::<Result<_>>()?,
+            handles: Mutex::new(Vec::new()),
+            users: AtomicUsize::new(1),
+            shutdown: AtomicBool::new(false),
+        })
+    }
+
+    /// Start the fault threads and the reclaim thread.
+    pub(crate) fn spawn(e: &Arc<Engine>) -> Result<()> {
+        let mut hs = Vec::new();
+        for i in 0..e.threads.fault_events.len() {
+            let ctx = ThreadCtx::new(e, e.threads.fault_events[i].as_raw_fd())?;
+            let eng = e.clone();
+            hs.push(spawn_named(format!("uswap-fault-{i}"), move || {
+                crate::fault::run(&eng, ctx)
+            })?);
+        }
+        let ctx = ThreadCtx::new(e, e.threads.kswapd_event.as_raw_fd())?;
+        let eng = e.clone();
+        hs.push(spawn_named("uswap-reclaim".into(), move || {
+            crate::reclaim::run(&eng, ctx)
+        })?);
+        *e.threads.handles.lock().unwrap_or_else(|p| p.into_inner()) = hs;
+        Ok(())
+    }
+
+    /// Wake the reclaim thread if it sleeps.
+    pub(crate) fn wake_kswapd(&self) {
+        if self.kswapd_asleep.swap(false, AcqRel) {
+            signal_eventfd(self.kswapd_event.as_raw_fd());
+        }
+    }
+
+    /// The reclaim thread is about to sleep (a waker after this signals it).
+    pub(crate) fn kswapd_sleeps(&self, asleep: bool) {
+        self.kswapd_asleep.store(asleep, Release);
+    }
+
+    pub(crate) fn is_shutdown(&self) -> bool {
+        self.shutdown.load(Acquire)
+    }
+
+    /// One more Pool/Region handle.
+    pub(crate) fn add_user(&self) {
+        self.users.fetch_add(1, AcqRel);
+    }
+
+    /// One handle fewer; the last one stops the threads and waits for them.
+    pub(crate) fn drop_user(&self) {
+        if self.users.fetch_sub(1, AcqRel) == 1 {
+            self.shutdown.store(true, Release);
+            signal_eventfd(self.kswapd_event.as_raw_fd());
+            for e in &self.fault_events {
+                signal_eventfd(e.as_raw_fd());
+            }
+            let hs = std::mem::take(&mut *self.handles.lock().unwrap_or_else(|p| p.into_inner()));
+            for h in hs {
+                let _ = h.join();
+            }
+        }
+    }
+
+    /// The wake-up descriptors (replaced in a forked child: the parent's are shared).
+    pub(crate) fn event_fds(&self) -> Vec<RawFd> {
+        std::iter::once(self.kswapd_event.as_raw_fd())
+            .chain(self.fault_events.iter().map(|e| e.as_raw_fd()))
+            .collect()
+    }
+
+    /// In a forked child: the parent's threads do not exist here; their handles must
+    /// not be joined.
+    pub(crate) fn forget_after_fork(&self) {
+        std::mem::forget(std::mem::take(
+            &mut *self.handles.lock().unwrap_or_else(|p| p.into_inner()),
+        ));
+        self.kswapd_asleep.store(false, Release);
+    }
+}
+
+fn spawn_named(name: String, body: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
+    let what = name.clone();
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(move || {
+            if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+                let msg = p
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| p.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                eprintln!(
+                    "uswap: internal error in thread {what}: {msg}; the engine cannot go on \
+                     safely, aborting (please report this)"
+                );
+                std::process::abort();
+            }
+        })
+        .map_err(|source| Error::Sys {
+            op: "spawn thread",
+            source,
+        })
+}

@@ -1,0 +1,356 @@
+//! Tiers: where a swapped page's bytes go, in the shape of the kernel's zswap in
+//! front of a swap device.
+//!
+//! - The *front* tier (optional) is compressed RAM (`compressed.rs`): synchronous —
+//!   a page is compressed into the pool, or rejected (compresses poorly, pool full)
+//!   and goes on to the back; a fault decompresses it straight into its frame.
+//! - The *back* tier is asynchronous: a swap file or block device (`file.rs`, O_DIRECT
+//!   through each thread's io_uring), or remote memory. Requests ([`Op`]) complete
+//!   later, on the thread that submitted them, through the same completion path
+//!   whatever the tier ([`crate::fault::complete`]).
+//!
+//! Every swapped page has a slot (a swap entry), whichever tier holds it, so the
+//! swap cache, readahead, fork and the stale-slot policy work by slot unchanged. This
+//! process's [`SlotMeta`] says per slot which tier holds the bytes, the checksum of
+//! what was written to the back tier, and whose page it is.
+
+pub(crate) mod file;
+
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::pagemap::RegionInner;
+use crate::slots::{Slot, CLUSTER_SLOTS};
+use crate::threads::ThreadCtx;
+use crate::PAGE_SIZE;
+use file::SwapFile;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock, RwLock};
+
+/// Read or write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpKind {
+    /// Tier → frames.
+    Read,
+    /// Frames → tier.
+    Write,
+}
+
+/// One request to the back tier: `pages[i]` of `region` ↔ slot `slot + i`, its bytes
+/// in `frames[i]`. The frames belong to swap-cache entries that end only when the
+/// request completes, so they stay valid and untouched while it is in flight.
+pub struct Op {
+    /// Direction.
+    pub kind: OpKind,
+    /// Owner of the pages (kept alive while the I/O is in flight).
+    pub region: Arc<RegionInner>,
+    /// Region page indices, in slot order.
+    pub pages: Vec<u64>,
+    /// The frame of each page.
+    pub frames: Vec<usize>,
+    /// First slot.
+    pub slot: Slot,
+    /// Tries so far.
+    pub attempt: u8,
+    /// Part of a whole-unit (2 MiB) swap-in: map the unit whole when all parts are in.
+    pub unit_read: bool,
+    iov: Vec<libc::iovec>,
+}
+
+// SAFETY: the iovecs point into frames of the pool's arenas, which live as long as
+// the engine and belong to this request until it completes.
+unsafe impl Send for Op {}
+
+impl Op {
+    /// A request for `pages` (slot order) in `frames`, starting at `slot`.
+    pub fn new(
+        kind: OpKind,
+        region: Arc<RegionInner>,
+        pages: Vec<u64>,
+        frames: Vec<usize>,
+        slot: Slot,
+    ) -> Op {
+        debug_assert_eq!(pages.len(), frames.len());
+        let iov = crate::ring::coalesce_iov(&frames);
+        Op {
+            kind,
+            region,
+            pages,
+            frames,
+            slot,
+            attempt: 0,
+            unit_read: false,
+            iov,
+        }
+    }
+
+    /// Bytes the request moves.
+    pub fn bytes(&self) -> usize {
+        self.pages.len() * PAGE_SIZE
+    }
+
+    /// The gather/scatter list over the frames.
+    pub(crate) fn iov(&self) -> &[libc::iovec] {
+        &self.iov
+    }
+}
+
+/// Which tier holds a slot's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Location {
+    /// Nothing written yet (or given back).
+    None = 0,
+    /// The back tier, at the slot.
+    Back = 1,
+    /// The compressed pool.
+    Compressed = 2,
+}
+
+/// Slots per leaf table (4096 clusters: 8 GiB of swap).
+const LEAF_SLOTS: u64 = 4096 * CLUSTER_SLOTS;
+
+/// One cluster's words.
+type ClusterWords = OnceLock<Box<[AtomicU64]>>;
+/// One leaf: the words of 4096 clusters.
+type Leaf = OnceLock<Box<[ClusterWords]>>;
+
+/// A table of one atomic word per slot, made a cluster at a time on first use (two
+/// levels, so that a swap area of terabytes costs nothing until used).
+struct SlotWords {
+    leaves: Box<[Leaf]>,
+}
+
+impl SlotWords {
+    fn new(max_slots: u64) -> SlotWords {
+        let n = max_slots.div_ceil(LEAF_SLOTS).max(1) as usize;
+        SlotWords {
+            leaves: (0..n).map(|_| OnceLock::new()).collect(),
+        }
+    }
+
+    fn word(&self, slot: Slot, make: bool) -> Option<&AtomicU64> {
+        let leaf = self.leaves.get((slot / LEAF_SLOTS) as usize)?;
+        let leaf = if make {
+            leaf.get_or_init(|| {
+                (0..LEAF_SLOTS / CLUSTER_SLOTS)
+                    .map(|_| OnceLock::new())
+                    .collect()
+            })
+        } else {
+            leaf.get()?
+        };
+        let c = &leaf[((slot % LEAF_SLOTS) / CLUSTER_SLOTS) as usize];
+        let words = if make {
+            c.get_or_init(|| (0..CLUSTER_SLOTS).map(|_| AtomicU64::new(0)).collect())
+        } else {
+            c.get()?
+        };
+        Some(&words[(slot % CLUSTER_SLOTS) as usize])
+    }
+}
+
+/// Per-slot records of this process: which tier holds the slot's bytes and the
+/// checksum of what was written to the back tier (one word: 56 bits of xxh3 and the
+/// location), and, for readahead by slot, whose page it is.
+pub(crate) struct SlotMeta {
+    words: SlotWords,
+    owners: SlotWords,
+}
+
+const LOC_BITS: u64 = 8;
+
+impl SlotMeta {
+    /// Records for up to `max_slots` slots.
+    pub(crate) fn new(max_slots: u64) -> SlotMeta {
+        SlotMeta {
+            words: SlotWords::new(max_slots),
+            owners: SlotWords::new(max_slots),
+        }
+    }
+
+    /// Bytes of metadata per slot (charged with each region's page map).
+    pub(crate) const BYTES_PER_SLOT: u64 = 8;
+
+    /// Record where `slot`'s bytes are, and their checksum.
+    pub(crate) fn set(&self, slot: Slot, loc: Location, hash: u64) {
+        if let Some(w) = self.words.word(slot, true) {
+            w.store(hash << LOC_BITS | loc as u64, Relaxed);
+        }
+    }
+
+    /// Where `slot`'s bytes are.
+    pub(crate) fn location(&self, slot: Slot) -> Location {
+        match self
+            .words
+            .word(slot, false)
+            .map_or(0, |w| w.load(Relaxed) & 0xff)
+        {
+            1 => Location::Back,
+            2 => Location::Compressed,
+            _ => Location::None,
+        }
+    }
+
+    /// Whether `hash` (a full xxh3) matches the checksum recorded for `slot`.
+    pub(crate) fn hash_matches(&self, slot: Slot, hash: u64) -> bool {
+        self.words
+            .word(slot, false)
+            .is_some_and(|w| w.load(Relaxed) >> LOC_BITS == hash << LOC_BITS >> LOC_BITS)
+    }
+
+    /// Forget `slot`'s bytes (freed, or their tier gave them back).
+    pub(crate) fn clear(&self, slot: Slot) {
+        if let Some(w) = self.words.word(slot, false) {
+            w.store(0, Relaxed);
+        }
+    }
+
+    /// Record that `slot` holds `page` of region `region` (readahead by slot only).
+    pub(crate) fn set_owner(&self, slot: Slot, region: u32, page: u64) {
+        if let Some(w) = self.owners.word(slot, true) {
+            w.store((region as u64) << 40 | (page + 1), Relaxed);
+        }
+    }
+
+    /// Who was last written to `slot` (may be stale: callers check the page map).
+    pub(crate) fn owner(&self, slot: Slot) -> Option<(u32, u64)> {
+        let v = self.owners.word(slot, false)?.load(Relaxed);
+        let page = v & ((1 << 40) - 1);
+        (page != 0).then(|| ((v >> 40) as u32, page - 1))
+    }
+}
+
+/// Requests in flight on the back tier, over all threads (reclaim reads them to
+/// decide whether waiting will make room).
+#[derive(Default)]
+pub(crate) struct Inflight {
+    /// Reads and writes.
+    pub(crate) requests: AtomicI64,
+    /// Writes.
+    pub(crate) writes: AtomicI64,
+    /// Pages being written: they leave the budget when their writes complete.
+    pub(crate) write_pages: AtomicI64,
+}
+
+/// The back tier.
+pub(crate) enum Back {
+    /// A swap file or block device.
+    File(RwLock<SwapFile>),
+}
+
+/// The pool's tiers.
+pub(crate) struct Tiers {
+    pub(crate) meta: SlotMeta,
+    pub(crate) back: Back,
+    pub(crate) inflight: Inflight,
+}
+
+impl Tiers {
+    /// Tiers as configured: the back tier opened, records for `max_slots`.
+    pub(crate) fn new(file: SwapFile, max_slots: u64) -> Tiers {
+        Tiers {
+            meta: SlotMeta::new(max_slots),
+            back: Back::File(RwLock::new(file)),
+            inflight: Inflight::default(),
+        }
+    }
+
+    /// The swap file (the back tier).
+    pub(crate) fn file(&self) -> std::sync::RwLockReadGuard<'_, SwapFile> {
+        match &self.back {
+            Back::File(f) => f.read().unwrap_or_else(|p| p.into_inner()),
+        }
+    }
+
+    /// The swap file, for a fork (every thread quiesced).
+    pub(crate) fn file_mut(&self) -> std::sync::RwLockWriteGuard<'_, SwapFile> {
+        match &self.back {
+            Back::File(f) => f.write().unwrap_or_else(|p| p.into_inner()),
+        }
+    }
+
+    /// Slot space now, in bytes.
+    pub(crate) fn capacity(&self) -> u64 {
+        self.file().capacity()
+    }
+
+    /// A region of `len` bytes (asked: `size`) joins `committed` bytes: make sure the
+    /// back tier can hold `need` bytes in all, or say why not.
+    pub(crate) fn commit(&self, need: u64, size: u64, len: u64, committed: u64) -> Result<()> {
+        let f = self.file();
+        match f.fixed_size() {
+            Some(cap) if need > cap + f.base() * PAGE_SIZE as u64 => Err(Error::SwapFull {
+                requested: size,
+                needed: len,
+                capacity: cap,
+                committed,
+            }),
+            _ => f.ensure(need + f.base() * PAGE_SIZE as u64).map(|_| ()),
+        }
+    }
+
+    /// Start `op` on the back tier, on this thread.
+    pub(crate) fn submit(&self, ctx: &mut ThreadCtx, op: Op) {
+        self.inflight.requests.fetch_add(1, Relaxed);
+        if op.kind == OpKind::Write {
+            self.inflight.writes.fetch_add(1, Relaxed);
+            self.inflight
+                .write_pages
+                .fetch_add(op.pages.len() as i64, Relaxed);
+        }
+        let loc = self.file().locate(op.slot);
+        ctx.ring.queue(op, loc);
+    }
+
+    /// In a forked child: the parent's requests are not ours.
+    pub(crate) fn inflight_reset(&self) {
+        self.inflight.requests.store(0, Relaxed);
+        self.inflight.writes.store(0, Relaxed);
+        self.inflight.write_pages.store(0, Relaxed);
+    }
+
+    /// A request of `op`'s kind finished (whatever its result).
+    pub(crate) fn finished(&self, op: &Op) {
+        self.inflight.requests.fetch_sub(1, Relaxed);
+        if op.kind == OpKind::Write {
+            self.inflight.writes.fetch_sub(1, Relaxed);
+            self.inflight
+                .write_pages
+                .fetch_sub(op.pages.len() as i64, Relaxed);
+        }
+    }
+
+    /// This process's page no longer needs slot `s` (rewritten, discarded, its region
+    /// dropped): the reference goes, and with the last one the slot and its bytes.
+    /// Slots of a file inherited at a fork are never reused here; the file is closed
+    /// with this process's last page in it.
+    pub(crate) fn release(&self, e: &Engine, s: Slot) {
+        if self.file().release_inherited(s) {
+            e.slots.put(s);
+            return;
+        }
+        if e.slots.put(s) {
+            self.meta.clear(s);
+        }
+    }
+}
+
+/// The checksum of one page (xxh3, 64 bits).
+pub(crate) fn page_hash(bytes: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(bytes)
+}
+
+/// A fault on a page whose bytes are in the compressed tier.
+pub(crate) fn compressed_fault(
+    e: &Engine,
+    r: &RegionInner,
+    u: &mut crate::pagemap::UnitPages,
+    page: u64,
+    slot: Slot,
+    _write: bool,
+) {
+    e.diag.internal(&format!(
+        "slot {slot} is in the compressed tier, which this pool does not have"
+    ));
+    crate::fault::poison_page(e, r, u, page, slot);
+}

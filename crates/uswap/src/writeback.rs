@@ -1,0 +1,329 @@
+//! Writeback: evicted pages that need writing get slots and go to a tier; their
+//! writes complete here, on the thread that issued them.
+//!
+//! Errors never lose a page (its bytes are still in its frame):
+//! - an I/O error marks the slot bad (never handed out again) and writes the page
+//!   elsewhere, at most twice; then the page goes back into its region, dirty;
+//! - a short write is tried again at the same place;
+//! - a full device (ENOSPC: a thin or copy-on-write device, a file that cannot grow)
+//!   or a run of failures stops writeback for a while (doubling from 100 ms to 10 s):
+//!   reclaim then leaves dirty pages in RAM instead of moving them out and back in a
+//!   loop, and a fault that needs room goes over the budget, said once on stderr.
+
+use crate::budget::Gauge;
+use crate::engine::Engine;
+use crate::pagemap::{PageState, RegionInner, UnitPages};
+use crate::slots::{Slot, SlotRun};
+use crate::swap_cache::{CacheState, Entry, Owner};
+use crate::sys::uffd::Wake;
+use crate::threads::ThreadCtx;
+use crate::tier::{Location, Op, OpKind};
+use crate::{ReadaheadPolicy, PAGE_SIZE, UNIT_PAGES};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::sync::Arc;
+
+/// Most tries of one page's write (its first place and up to two more).
+const WRITE_TRIES: u8 = 3;
+const BACKOFF_MIN_MS: u64 = 100;
+const BACKOFF_MAX_MS: u64 = 10_000;
+
+/// Whether writes may start, and what was said about it.
+pub(crate) struct Writeback {
+    epoch: std::time::Instant,
+    /// No write starts before this (ns since `epoch`); 0: writes may start.
+    blocked_until: AtomicU64,
+    backoff_ms: AtomicU64,
+    /// "Writes refused" was said (and not yet "writes work again").
+    said_blocked: AtomicBool,
+    /// "Swap full" was said.
+    said_full: AtomicBool,
+}
+
+impl Writeback {
+    pub(crate) fn new() -> Writeback {
+        Writeback {
+            epoch: std::time::Instant::now(),
+            blocked_until: AtomicU64::new(0),
+            backoff_ms: AtomicU64::new(BACKOFF_MIN_MS),
+            said_blocked: AtomicBool::new(false),
+            said_full: AtomicBool::new(false),
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// How long until writes may start again (None: they may now).
+    pub(crate) fn blocked_for(&self) -> Option<std::time::Duration> {
+        let until = self.blocked_until.load(Relaxed);
+        let now = self.now_ns();
+        (until > now).then(|| std::time::Duration::from_nanos(until - now))
+    }
+}
+
+/// Whether reclaim may start writes now.
+pub(crate) fn can_write(e: &Engine) -> bool {
+    e.writeback.blocked_for().is_none()
+}
+
+/// The back tier refused a write with `err`: stop writing for a while.
+fn refused(e: &Engine, err: i32) {
+    let w = &e.writeback;
+    let ms = w.backoff_ms.load(Relaxed);
+    w.backoff_ms.store((ms * 2).min(BACKOFF_MAX_MS), Relaxed);
+    w.blocked_until.store(w.now_ns() + ms * 1_000_000, Relaxed);
+    if !w.said_blocked.swap(true, Relaxed) {
+        eprintln!(
+            "uswap: the swap device refuses writes ({}): pages stay in RAM over the budget \
+             while it does; trying again in {} ms, then less and less often",
+            std::io::Error::from_raw_os_error(err),
+            ms
+        );
+    }
+}
+
+/// A write went through: writeback is healthy again.
+fn accepted(e: &Engine) {
+    let w = &e.writeback;
+    if w.blocked_until.load(Relaxed) != 0 || w.backoff_ms.load(Relaxed) != BACKOFF_MIN_MS {
+        w.blocked_until.store(0, Relaxed);
+        w.backoff_ms.store(BACKOFF_MIN_MS, Relaxed);
+    }
+    if w.said_blocked.swap(false, Relaxed) {
+        eprintln!("uswap: the swap device takes writes again");
+    }
+}
+
+/// Slots of failed writes are never reused: a growable swap file grows by as many,
+/// so that every committed page keeps a place. False when it cannot (a fixed size or
+/// a device): pages without a slot then stay in RAM, over budget, said once.
+fn replace_bad_slots(e: &Engine) -> bool {
+    let bad = e.slots.bad_slots();
+    let grown = e.tiers.file().fixed_size().is_none() && {
+        let committed = e.regions.committed();
+        let base = e.tiers.file().base() * PAGE_SIZE as u64;
+        let need = base + committed + (bad + UNIT_PAGES as u64) * PAGE_SIZE as u64;
+        e.tiers.file().ensure(need).is_ok()
+    };
+    if grown {
+        e.slots.grow(e.tiers.capacity() / PAGE_SIZE as u64);
+    } else if !e.writeback.said_full.swap(true, Relaxed) {
+        eprintln!(
+            "uswap: swap full ({bad} slots lost to write errors): pages stay in RAM over budget"
+        );
+    }
+    grown
+}
+
+/// Pages of one locked unit, evicted into `frames` (page map still `Resident`, or
+/// a failed write's pages), get slots and leave: one gathered write per run of
+/// slots, as try `attempt`. Returns the pages (with their frames) that got no slot;
+/// the caller puts them back.
+pub(crate) fn write_pages(
+    e: &Engine,
+    ctx: &mut ThreadCtx,
+    r: &Arc<RegionInner>,
+    u: &mut UnitPages,
+    pages: &[u64],
+    frames: &[usize],
+    attempt: u8,
+) -> Vec<(u64, usize)> {
+    if pages.is_empty() {
+        return Vec::new();
+    }
+    if !can_write(e) {
+        return pages.iter().copied().zip(frames.iter().copied()).collect();
+    }
+    let mut runs: Vec<SlotRun> = Vec::new();
+    let mut got = e.slots.alloc(&mut ctx.cursor, pages.len(), &mut runs);
+    if got < pages.len() && replace_bad_slots(e) {
+        got += e.slots.alloc(&mut ctx.cursor, pages.len() - got, &mut runs);
+    }
+    let mut next = 0;
+    for run in &runs {
+        let n = run.len as usize;
+        write_run(
+            e,
+            ctx,
+            r,
+            u,
+            &pages[next..next + n],
+            &frames[next..next + n],
+            run.start,
+            attempt,
+        );
+        next += n;
+    }
+    pages[got..]
+        .iter()
+        .copied()
+        .zip(frames[got..].iter().copied())
+        .collect()
+}
+
+/// Pages `pages` of a locked unit, in `frames`, are written to slots `first..`: the
+/// swap cache holds each as `Writing` until the write completes, the page map says
+/// swapped, the slot records the page's checksum.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn write_run(
+    e: &Engine,
+    ctx: &mut ThreadCtx,
+    r: &Arc<RegionInner>,
+    u: &mut UnitPages,
+    pages: &[u64],
+    frames: &[usize],
+    first: Slot,
+    attempt: u8,
+) {
+    let by_slot = r.policy.readahead == ReadaheadPolicy::Cluster;
+    for (k, (&p, &f)) in pages.iter().zip(frames).enumerate() {
+        let s = first + k as Slot;
+        e.cache.insert(
+            s,
+            Entry::new(
+                Owner {
+                    region: r.id,
+                    page: p,
+                },
+                CacheState::Writing,
+                f,
+            ),
+        );
+        e.slots.set_cache(s);
+        let hash = crate::tier::page_hash(e.frames.page(f));
+        e.tiers.meta.set(s, Location::Back, hash);
+        if by_slot {
+            e.tiers.meta.set_owner(s, r.id, p);
+        }
+        u.set(p as usize % UNIT_PAGES, PageState::Swapped(s));
+    }
+    r.counters.write_requests.fetch_add(1, Relaxed);
+    let mut op = Op::new(
+        OpKind::Write,
+        r.clone(),
+        pages.to_vec(),
+        frames.to_vec(),
+        first,
+    );
+    op.attempt = attempt;
+    e.tiers.submit(ctx, op);
+}
+
+/// A page in `frame` goes back into its region, dirty and without a slot (its write
+/// failed, or it got no slot): moved, or copied where it cannot move. The caller
+/// removed its cache entry, if it had one. Under the unit's lock.
+pub(crate) fn restore_dirty(e: &Engine, r: &RegionInner, u: &mut UnitPages, p: u64, frame: usize) {
+    let dst = r.page_addr(p);
+    let moved = e.uffd.move_pages(dst, frame, PAGE_SIZE, Wake::Yes).is_ok();
+    if !moved {
+        if let Err(err) = e
+            .uffd
+            .copy(dst, frame as *const u8, PAGE_SIZE, false, Wake::Yes)
+        {
+            // Nowhere to put it: its bytes are lost. SIGBUS beats zeros.
+            e.diag.internal(&format!(
+                "cannot restore page {p} of region {}: {err}",
+                r.id
+            ));
+            u.set(p as usize % UNIT_PAGES, PageState::Poisoned);
+            r.counters.poisoned.fetch_add(1, Relaxed);
+            e.frames.free(&e.zapper, &[frame]);
+            e.budget.uncharge(Gauge::Cached, 1);
+            let _ = e.uffd.poison(dst, PAGE_SIZE);
+            return;
+        }
+    }
+    if moved && !e.frames.is_huge(frame) {
+        e.frames.free_moved(frame, 1);
+    } else {
+        e.frames.free(&e.zapper, &[frame]);
+    }
+    u.set(
+        p as usize % UNIT_PAGES,
+        PageState::Resident {
+            dirty: true,
+            slot: None,
+        },
+    );
+    u.resident += 1;
+    e.budget.transfer(Gauge::Cached, Gauge::Resident, 1);
+}
+
+/// A write finished: the copies are clean (or, on error, written elsewhere or put
+/// back).
+pub(crate) fn complete_write(e: &Engine, ctx: &mut ThreadCtx, mut op: Op, res: i32) {
+    let r = op.region.clone();
+    let ok = res >= 0 && res as usize == op.bytes();
+    if ok {
+        accepted(e);
+    } else if !r.is_dead() {
+        r.counters.io_errors.fetch_add(1, Relaxed);
+        // Short: the device took part of it; the same place is tried again.
+        if res >= 0 && op.attempt + 1 < WRITE_TRIES {
+            op.attempt += 1;
+            e.tiers.submit(ctx, op);
+            return;
+        }
+    }
+    let first_unit = op.pages[0] / UNIT_PAGES as u64;
+    debug_assert!(op.pages.iter().all(|p| p / UNIT_PAGES as u64 == first_unit));
+    let mut u = r.unit_of(op.pages[0]).lock();
+    let mut relocate: Vec<(u64, usize)> = Vec::new();
+    for (k, &page) in op.pages.iter().enumerate() {
+        let slot = op.slot + k as u64;
+        let i = page as usize % UNIT_PAGES;
+        let wanted = !r.is_dead()
+            && u.get(i) == PageState::Swapped(slot)
+            && e.cache.get(slot).is_some_and(|en| !en.orphan);
+        if !wanted {
+            if !ok {
+                e.slots.mark_bad(slot);
+            }
+            crate::fault::drop_entry(e, &r, page, slot);
+            continue;
+        }
+        if ok {
+            r.counters.pswpout.fetch_add(1, Relaxed);
+            match e.cache.complete_io(slot) {
+                Some(en) if en.waiters => crate::fault::map_from_frames(
+                    e,
+                    &r,
+                    &mut u,
+                    page,
+                    &[(slot, en.frame)],
+                    en.write,
+                ),
+                Some(_) => crate::reclaim::push_inactive(e, r.id, page, slot),
+                None => {}
+            }
+            continue;
+        }
+        // Failed: the bytes are still in the frame. The slot goes (bad on an I/O
+        // error; a full device's slot is fine, only the device is full).
+        let Some(en) = e.cache.remove(slot) else {
+            continue;
+        };
+        e.slots.clear_cache(slot);
+        if res == -libc::EIO || res >= 0 {
+            e.slots.mark_bad(slot);
+        }
+        e.tiers.release(e, slot);
+        if res == -libc::EIO && op.attempt + 1 < WRITE_TRIES {
+            relocate.push((page, en.frame));
+        } else {
+            restore_dirty(e, &r, &mut u, page, en.frame);
+        }
+    }
+    if !ok && !r.is_dead() {
+        if res != -libc::EIO || op.attempt + 1 >= WRITE_TRIES {
+            refused(e, if res < 0 { -res } else { libc::EIO });
+        }
+        let (pages, frames): (Vec<u64>, Vec<usize>) = relocate.into_iter().unzip();
+        let unbacked = write_pages(e, ctx, &r, &mut u, &pages, &frames, op.attempt + 1);
+        for (p, f) in unbacked {
+            restore_dirty(e, &r, &mut u, p, f);
+        }
+        crate::reclaim::lru_add(e, &r, op.pages[0], &u);
+    }
+}
