@@ -49,6 +49,9 @@ pub enum Workload {
     /// Seed 004: T threads read-verify and rewrite their slice of one region pass after pass,
     /// while --bg-threads write random pages of a second region; latency percentiles, ra_hit%.
     Combined,
+    /// What one 4 KiB fault costs: p50/p90/p99 of a major fault, of a swap-cache hit, and of
+    /// an O_DIRECT 4 KiB pread on the swap file's disk, interleaved in one run (4 KiB units).
+    FaultLatency,
 }
 
 impl Workload {
@@ -60,6 +63,7 @@ impl Workload {
             Workload::Pmbench => "pmbench",
             Workload::SeqRead => "seq-read",
             Workload::Combined => "combined",
+            Workload::FaultLatency => "fault-latency",
         }
     }
 }
@@ -379,6 +383,16 @@ pub struct BenchArgs {
     )]
     pub spin_us: u32,
 
+    /// Microseconds a fault thread polls for the completion of reads in flight before it
+    /// sleeps [default: 0].
+    #[arg(
+        long,
+        value_name = "US",
+        default_value_t = 0,
+        hide_default_value = true
+    )]
+    pub io_poll_us: u32,
+
     /// Seed of the data pattern and of the random choices [default: 1].
     #[arg(long, value_name = "N", default_value_t = 1, hide_default_value = true)]
     pub seed: u64,
@@ -471,6 +485,7 @@ impl BenchArgs {
         push("--device", self.device.name().to_string());
         push("--fault-threads", self.fault_threads.to_string());
         push("--spin-us", self.spin_us.to_string());
+        push("--io-poll-us", self.io_poll_us.to_string());
         push("--seed", self.seed.to_string());
         a
     }
@@ -530,7 +545,8 @@ impl BenchArgs {
             .readahead_stream(self.ra_stream == OnOff::On)
             .readahead_units(self.ra_units)
             .unit(self.unit.policy())
-            .spin_us(self.spin_us);
+            .spin_us(self.spin_us)
+            .io_poll_us(self.io_poll_us);
         if let Some(n) = self.ra_max_pages {
             b = b.readahead_max_pages(n);
         }
@@ -638,6 +654,11 @@ pub fn run_bench(args: &BenchArgs, show_progress: bool) -> Result<Report, BenchE
         Workload::Combined => {
             let bg = (bg_size > 0).then(|| memory.words(1));
             workloads::combined(words, bg, &params, &ui, &mut mark)
+        }
+        Workload::FaultLatency => {
+            return Err(BenchError::Usage(
+                "fault-latency has its own report: run it with `uswap bench fault-latency`".into(),
+            ))
         }
     };
     let last = memory.snapshot();
@@ -760,6 +781,14 @@ pub fn main(args: BenchArgs) -> i32 {
     if let Err(e) = args.check() {
         eprintln!("uswap: error: {e}");
         return 2;
+    }
+    if args.workload == Workload::FaultLatency {
+        if args.against.is_some() || args.cgroup_limit.is_some() || args.memory != MemoryKind::Uswap
+        {
+            eprintln!("uswap: error: fault-latency runs on uswap only (no --against, --cgroup-limit or --memory plain)");
+            return 2;
+        }
+        return crate::latency::main(&args);
     }
     if args.against.is_some() {
         return match crate::against::run(&args) {

@@ -4,6 +4,7 @@ mod against;
 mod bench;
 mod cgroup;
 mod kswap;
+mod latency;
 mod memory;
 mod plot;
 mod report;

@@ -84,6 +84,7 @@ pub struct PoolBuilder {
     pub(crate) readahead_units: u32,
     pub(crate) unit: UnitPolicy,
     pub(crate) spin_us: u32,
+    pub(crate) io_poll_us: u32,
     pub(crate) inject: FaultInjection,
 }
 
@@ -102,6 +103,7 @@ impl Default for PoolBuilder {
             readahead_units: 2,
             unit: UnitPolicy::Auto,
             spin_us: 0,
+            io_poll_us: 0,
             inject: FaultInjection::default(),
         }
     }
@@ -172,6 +174,13 @@ impl PoolBuilder {
     /// Microseconds a fault thread polls for the next fault before it sleeps.
     pub fn spin_us(mut self, us: u32) -> Self {
         self.spin_us = us;
+        self
+    }
+    /// Microseconds a fault thread polls its completion queue (in memory, no system
+    /// call) while reads are in flight, before it sleeps: the completion is handled
+    /// at once instead of after a wake-up. 0: never poll.
+    pub fn io_poll_us(mut self, us: u32) -> Self {
+        self.io_poll_us = us;
         self
     }
     /// Inject backend I/O errors (for tests).

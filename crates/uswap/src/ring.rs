@@ -58,6 +58,8 @@ pub struct Ring {
     free: Vec<usize>,
     /// Requests in flight (at the device or queued behind the write limit).
     pub inflight: usize,
+    /// Reads in flight (a fault may be waiting for one).
+    pub reads_inflight: usize,
     /// Writes waiting for the device: (slot index in `ops`, fd, offset).
     queued_writes: std::collections::VecDeque<(usize, RawFd, u64)>,
     /// Writes at the device now, and their bytes.
@@ -73,6 +75,7 @@ impl Ring {
             ops: Vec::new(),
             free: Vec::new(),
             inflight: 0,
+            reads_inflight: 0,
             queued_writes: std::collections::VecDeque::new(),
             device_writes: 0,
             device_write_bytes: 0,
@@ -104,6 +107,9 @@ impl Ring {
         let kind = op.kind;
         self.ops[idx] = Some(op);
         self.inflight += 1;
+        if kind == OpKind::Read {
+            self.reads_inflight += 1;
+        }
         // Writes keep their order: none passes one already queued.
         if (kind == OpKind::Write && !self.queued_writes.is_empty()) || !self.write_fits(kind, idx)
         {
@@ -200,6 +206,9 @@ impl Ring {
         let op = self.ops.get_mut(i)?.take()?;
         self.free.push(i);
         self.inflight -= 1;
+        if op.kind == OpKind::Read {
+            self.reads_inflight -= 1;
+        }
         if op.kind == OpKind::Write {
             self.device_writes -= 1;
             self.device_write_bytes -= op.bytes();

@@ -29,6 +29,7 @@ pub(crate) fn run(e: &Arc<Engine>, mut ctx: ThreadCtx) {
     ctx.ring.poll(ctx.event_fd, TOKEN_EVENT);
     let mut cqes = Vec::new();
     let spin = std::time::Duration::from_micros(e.cfg.spin_us as u64);
+    let io_poll = std::time::Duration::from_micros(e.cfg.io_poll_us as u64);
     loop {
         if e.threads.is_shutdown() && ctx.ring.inflight == 0 {
             break;
@@ -58,10 +59,22 @@ pub(crate) fn run(e: &Arc<Engine>, mut ctx: ThreadCtx) {
             ctx.ring.poll(e.uffd.raw(), TOKEN_UFFD);
         }
         drop(a);
-        ctx.ring.wait();
-        let _a = e.fork.enter();
         cqes.clear();
-        ctx.ring.reap(&mut cqes);
+        if ctx.ring.reads_inflight > 0 && !io_poll.is_zero() {
+            // A fault likely waits for one of these reads: poll the completion queue
+            // (shared memory, no system call) rather than sleep and pay a wake-up.
+            ctx.ring.submit();
+            let t = std::time::Instant::now();
+            while cqes.is_empty() && t.elapsed() < io_poll {
+                std::hint::spin_loop();
+                ctx.ring.reap(&mut cqes);
+            }
+        }
+        if cqes.is_empty() {
+            ctx.ring.wait();
+            ctx.ring.reap(&mut cqes);
+        }
+        let _a = e.fork.enter();
         process_cqes(e, &mut ctx, &cqes);
     }
 }
