@@ -223,6 +223,9 @@ pub fn run(args: &BenchArgs) -> Result<FaultLatency, String> {
         return Err("no access was a major fault: the region did not swap out".into());
     }
     let (m, p) = (Sample::of(&h_major), Sample::of(&h_pread));
+    if let Some(b) = &bad {
+        eprintln!("uswap: verify FAILED: {b}");
+    }
     Ok(FaultLatency {
         workload: "fault-latency",
         budget: args.budget,
@@ -234,12 +237,6 @@ pub fn run(args: &BenchArgs) -> Result<FaultLatency, String> {
         swapcache_hit: Sample::of(&h_hit),
         pread: p,
         verify: if bad.is_some() { "FAILED" } else { "ok" },
-    })
-    .map(|r| {
-        if let Some(b) = bad {
-            eprintln!("uswap: verify FAILED: {b}");
-        }
-        r
     })
 }
 
