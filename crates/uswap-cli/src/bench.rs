@@ -68,6 +68,25 @@ impl Workload {
     }
 }
 
+/// Who serves faults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FaultModeArg {
+    /// The pool's fault threads.
+    Handler,
+    /// The faulting thread, in a SIGBUS handler.
+    InThread,
+}
+
+impl FaultModeArg {
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultModeArg::Handler => "handler",
+            FaultModeArg::InThread => "in-thread",
+        }
+    }
+}
+
 /// A switch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OnOff {
@@ -383,6 +402,12 @@ pub struct BenchArgs {
     )]
     pub spin_us: u32,
 
+    /// Who serves faults: the pool's fault threads (handler), or the faulting thread itself
+    /// in a SIGBUS handler (in-thread: no wake-ups; system calls on swapped memory fail with
+    /// EFAULT; 4 KiB units) [default: handler].
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = FaultModeArg::Handler, hide_default_value = true)]
+    pub fault_mode: FaultModeArg,
+
     /// Microseconds a fault thread polls for the completion of reads in flight before it
     /// sleeps [default: 0].
     #[arg(
@@ -486,6 +511,7 @@ impl BenchArgs {
         push("--fault-threads", self.fault_threads.to_string());
         push("--spin-us", self.spin_us.to_string());
         push("--io-poll-us", self.io_poll_us.to_string());
+        push("--fault-mode", self.fault_mode.name().to_string());
         push("--seed", self.seed.to_string());
         a
     }
@@ -546,7 +572,11 @@ impl BenchArgs {
             .readahead_units(self.ra_units)
             .unit(self.unit.policy())
             .spin_us(self.spin_us)
-            .io_poll_us(self.io_poll_us);
+            .io_poll_us(self.io_poll_us)
+            .fault_mode(match self.fault_mode {
+                FaultModeArg::Handler => uswap::FaultMode::Handler,
+                FaultModeArg::InThread => uswap::FaultMode::InThread,
+            });
         if let Some(n) = self.ra_max_pages {
             b = b.readahead_max_pages(n);
         }

@@ -145,6 +145,7 @@ pub fn run(args: &BenchArgs) -> Result<FaultLatency, String> {
     let opts = |ra| uswap::RegionOptions {
         unit: Some(uswap::UnitPolicy::Small),
         readahead: Some(ra),
+        ..Default::default()
     };
     let major = pool
         .region_with(args.size, opts(uswap::ReadaheadPolicy::Off))

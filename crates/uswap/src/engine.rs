@@ -42,7 +42,11 @@ use std::sync::{Arc, Mutex};
 /// Shared engine state.
 pub struct Engine {
     pub(crate) cfg: PoolBuilder,
-    pub(crate) uffd: Uffd,
+    /// The pool's userfaultfd: regions served by the fault threads, and the frames.
+    pub(crate) uffd: Arc<Uffd>,
+    /// The userfaultfd of regions whose faults are served in the faulting thread
+    /// (made with the first such region).
+    pub(crate) uffd_in_thread: std::sync::OnceLock<Arc<Uffd>>,
     pub(crate) budget: Budget,
     pub(crate) frames: Frames,
     pub(crate) cache: SwapCache,
@@ -64,7 +68,7 @@ pub struct Engine {
 }
 
 /// Every engine of this process, for the fork hooks.
-static ENGINES: Mutex<Vec<std::sync::Weak<Engine>>> = Mutex::new(Vec::new());
+pub(crate) static ENGINES: Mutex<Vec<std::sync::Weak<Engine>>> = Mutex::new(Vec::new());
 
 /// The engines alive now.
 pub(crate) fn live_engines() -> Vec<Arc<Engine>> {
@@ -119,7 +123,8 @@ impl Engine {
             source,
         })?;
         let engine = Arc::new(Engine {
-            uffd,
+            uffd: Arc::new(uffd),
+            uffd_in_thread: std::sync::OnceLock::new(),
             budget: Budget::new(cfg.budget),
             frames,
             cache: SwapCache::new(max_slots),

@@ -284,6 +284,12 @@ fn child(e: &Arc<Engine>) {
             return;
         }
     }
+    if let Some(old) = e.uffd_in_thread.get() {
+        match Uffd::open_sigbus() {
+            Ok(u) => replace_fd(u.into_raw(), old.raw()),
+            Err(err) => eprintln!("uswap: after fork: no in-thread userfaultfd ({err})"),
+        }
+    }
     for fd in e.threads.event_fds() {
         match raw_eventfd() {
             Ok(new) => replace_fd(new, fd),
@@ -340,7 +346,7 @@ fn child(e: &Arc<Engine>) {
                                 resident_back += 1;
                             } else {
                                 u.set(i, PageState::Poisoned);
-                                let _ = e.uffd.poison(dst, PAGE_SIZE);
+                                let _ = r.uffd.poison(dst, PAGE_SIZE);
                             }
                         }
                         Some(_) => {
@@ -352,7 +358,7 @@ fn child(e: &Arc<Engine>) {
                 }
             }
             for (a, l) in clean {
-                let _ = e.uffd.write_protect(a, l, true, Wake::Yes);
+                let _ = r.uffd.write_protect(a, l, true, Wake::Yes);
             }
             if u.resident > 0 {
                 unit.on_lru.store(false, Relaxed);

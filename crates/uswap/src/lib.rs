@@ -43,7 +43,8 @@ mod writeback;
 pub use error::{Error, Result};
 pub use fork::{after_fork_child, after_fork_parent, prepare_fork};
 pub use pool::{
-    DeviceKind, FaultInjection, Pool, PoolBuilder, ReadaheadPolicy, StaleSlotPolicy, UnitPolicy,
+    DeviceKind, FaultInjection, FaultMode, Pool, PoolBuilder, ReadaheadPolicy, StaleSlotPolicy,
+    UnitPolicy,
 };
 pub use region::{Region, RegionOptions};
 pub use size::{format_size, parse_size};

@@ -211,6 +211,11 @@ pub struct ZeroAhead {
 
 /// A region's shared state.
 pub struct RegionInner {
+    /// The userfaultfd the region is registered with: the pool's, or its in-thread
+    /// one (faults raise SIGBUS in the faulting thread, see `fault/in_thread.rs`).
+    pub(crate) uffd: std::sync::Arc<crate::sys::uffd::Uffd>,
+    /// Faults are served in the faulting thread.
+    pub in_thread: bool,
     /// Id, unique in the pool.
     pub id: u32,
     /// Start of the region mapping (2 MiB aligned).
@@ -237,7 +242,9 @@ pub struct RegionInner {
 
 impl RegionInner {
     /// Build the page map for a mapping.
-    pub fn new(
+    pub(crate) fn new(
+        uffd: std::sync::Arc<crate::sys::uffd::Uffd>,
+        in_thread: bool,
         id: u32,
         base: usize,
         len: usize,
@@ -248,6 +255,8 @@ impl RegionInner {
         let units: Box<[Unit]> = (0..nunits).map(|_| Unit::new()).collect();
         let metadata_bytes = (nunits * (std::mem::size_of::<Unit>() + 8 * UNIT_PAGES)) as u64;
         RegionInner {
+            uffd,
+            in_thread,
             id,
             base,
             len,

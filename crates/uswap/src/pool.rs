@@ -21,6 +21,20 @@ pub enum UnitPolicy {
     Auto,
 }
 
+/// Who serves a region's page faults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FaultMode {
+    /// The pool's fault threads (the faulting thread sleeps until its page is mapped).
+    /// Works with everything, system calls on swapped memory included.
+    #[default]
+    Handler,
+    /// The faulting thread itself, in a SIGBUS handler: no thread is woken, so a
+    /// fault costs the read plus a few microseconds. A system call that touches a page
+    /// of the region that is not resident fails with EFAULT; 4 KiB units only. See
+    /// `docs/design.md` ("In-thread faults").
+    InThread,
+}
+
 /// Which readahead a region uses on swap-in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ReadaheadPolicy {
@@ -85,6 +99,7 @@ pub struct PoolBuilder {
     pub(crate) unit: UnitPolicy,
     pub(crate) spin_us: u32,
     pub(crate) io_poll_us: u32,
+    pub(crate) fault_mode: FaultMode,
     pub(crate) inject: FaultInjection,
 }
 
@@ -104,6 +119,7 @@ impl Default for PoolBuilder {
             unit: UnitPolicy::Auto,
             spin_us: 0,
             io_poll_us: 0,
+            fault_mode: FaultMode::Handler,
             inject: FaultInjection::default(),
         }
     }
@@ -183,6 +199,11 @@ impl PoolBuilder {
         self.io_poll_us = us;
         self
     }
+    /// Default fault mode of regions (fault threads, or in the faulting thread).
+    pub fn fault_mode(mut self, m: FaultMode) -> Self {
+        self.fault_mode = m;
+        self
+    }
     /// Inject backend I/O errors (for tests).
     pub fn inject_io_errors(mut self, f: FaultInjection) -> Self {
         self.inject = f;
@@ -221,11 +242,18 @@ impl Pool {
 
     /// A region with its own policies.
     pub fn region_with(&self, size: u64, opts: RegionOptions) -> Result<Region> {
+        let in_thread =
+            opts.fault_mode.unwrap_or(self.engine.cfg.fault_mode) == FaultMode::InThread;
         let policy = RegionPolicy {
-            unit: opts.unit.unwrap_or(self.engine.cfg.unit),
+            // The in-thread path maps 4 KiB pages.
+            unit: if in_thread {
+                UnitPolicy::Small
+            } else {
+                opts.unit.unwrap_or(self.engine.cfg.unit)
+            },
             readahead: opts.readahead.unwrap_or(self.engine.cfg.readahead),
         };
-        let inner = crate::regions::create(&self.engine, size, policy)?;
+        let inner = crate::regions::create(&self.engine, size, policy, in_thread)?;
         // Its page map counts against the budget: make room before handing it out.
         self.engine.commit_metadata(&inner);
         self.engine.threads.add_user();

@@ -15,6 +15,8 @@ pub struct RegionOptions {
     pub unit: Option<UnitPolicy>,
     /// Readahead policy.
     pub readahead: Option<ReadaheadPolicy>,
+    /// Who serves its faults (in-thread regions use 4 KiB units).
+    pub fault_mode: Option<crate::FaultMode>,
 }
 
 /// Out-of-core memory: read and write it like any memory; the pool pages it.

@@ -96,7 +96,12 @@ fn metadata_of(len: usize) -> u64 {
 
 /// Map, register and account a new region; its metadata is reserved, to be
 /// committed (`Budget::commit_metadata`) once reclaim made room.
-pub(crate) fn create(e: &Engine, size: u64, policy: RegionPolicy) -> Result<Arc<RegionInner>> {
+pub(crate) fn create(
+    e: &Engine,
+    size: u64,
+    policy: RegionPolicy,
+    in_thread: bool,
+) -> Result<Arc<RegionInner>> {
     let _a = e.fork.enter();
     if size == 0 {
         return Err(Error::InvalidRegionSize {
@@ -131,8 +136,13 @@ pub(crate) fn create(e: &Engine, size: u64, policy: RegionPolicy) -> Result<Arc<
     e.slots.grow(e.tiers.capacity() / PAGE_SIZE as u64);
     // THPs only where units are mapped whole (Huge).
     let huge = policy.unit == crate::UnitPolicy::Huge;
+    let uffd = if in_thread {
+        crate::fault::in_thread::uffd(e)?
+    } else {
+        e.uffd.clone()
+    };
     let base = map_aligned(len, huge)?;
-    if let Err(source) = e.uffd.register(base, len, REGISTER_MISSING | REGISTER_WP) {
+    if let Err(source) = uffd.register(base, len, REGISTER_MISSING | REGISTER_WP) {
         unmap(base, len);
         return Err(Error::Sys {
             op: "UFFDIO_REGISTER",
@@ -142,7 +152,15 @@ pub(crate) fn create(e: &Engine, size: u64, policy: RegionPolicy) -> Result<Arc<
     *committed = need;
     drop(committed);
     let id = e.regions.next_id.fetch_add(1, Relaxed);
-    let mut r = RegionInner::new(id, base, len, policy, e.cfg.readahead_max_pages);
+    let mut r = RegionInner::new(
+        uffd,
+        in_thread,
+        id,
+        base,
+        len,
+        policy,
+        e.cfg.readahead_max_pages,
+    );
     r.metadata_bytes = metadata;
     let r = Arc::new(r);
     e.budget.reserve_metadata(metadata);
@@ -208,7 +226,7 @@ pub(crate) fn discard(e: &Engine, r: &RegionInner, first: u64, n: u64) {
         u.clean_by_move = false;
         e.zapper.zap(&zap);
         // Whoever waited on these pages faults again and finds them untouched.
-        let _ = e.uffd.wake(r.page_addr(p), (stop - p) as usize * PAGE_SIZE);
+        let _ = r.uffd.wake(r.page_addr(p), (stop - p) as usize * PAGE_SIZE);
         drop(u);
         p = stop;
     }
@@ -234,7 +252,7 @@ pub(crate) fn destroy(e: &Engine, r: &Arc<RegionInner>) {
     }
     // Threads still waiting in the region are woken by the unregister; the mapping
     // being gone, their access then gets SIGSEGV, as with ordinary memory.
-    let _ = e.uffd.unregister(r.base, r.len);
+    let _ = r.uffd.unregister(r.base, r.len);
     unmap(r.base, r.len);
     *e.regions
         .committed

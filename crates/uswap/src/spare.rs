@@ -92,13 +92,13 @@ impl Drop for Spares {
 /// Move a spare zeroed THP to `dst` (a 2 MiB-aligned unit of a region, whose lock
 /// the caller holds; the caller charges the pages where they now belong and wakes
 /// the faulting thread). False: no spare, or it did not move (dropped).
-pub(crate) fn take_to(e: &Engine, dst: usize) -> bool {
+pub(crate) fn take_to(e: &Engine, uffd: &crate::sys::uffd::Uffd, dst: usize) -> bool {
     let sp = &e.spares;
     let Some(i) = sp.state().0.pop() else {
         return false;
     };
     let src = sp.addr(i);
-    let moved = e.uffd.move_pages(dst, src, UNIT_SIZE, Wake::No).is_ok();
+    let moved = uffd.move_pages(dst, src, UNIT_SIZE, Wake::No).is_ok();
     if !moved {
         e.zapper.zap(&[(src, UNIT_SIZE)]);
     }

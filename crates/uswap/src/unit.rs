@@ -55,7 +55,7 @@ pub(crate) fn zero_fill_unit(e: &Engine, r: &RegionInner, u: &mut UnitPages, pag
     let first = page - page % UNIT_PAGES as u64;
     let dst = r.page_addr(first);
     e.spares.want();
-    if crate::spare::take_to(e, dst) {
+    if crate::spare::take_to(e, &r.uffd, dst) {
         r.counters.thp_fault_spare.fetch_add(1, Relaxed);
         map_zeroed_unit(e, r, u, dst);
         return true;
@@ -65,7 +65,7 @@ pub(crate) fn zero_fill_unit(e: &Engine, r: &RegionInner, u: &mut UnitPages, pag
         return false;
     };
     let ok = crate::sys::mem::populate_write(frame, UNIT_SIZE)
-        && e.uffd.move_pages(dst, frame, UNIT_SIZE, Wake::No).is_ok();
+        && r.uffd.move_pages(dst, frame, UNIT_SIZE, Wake::No).is_ok();
     if !ok {
         e.frames.free(&e.zapper, &huge_pages(frame));
         return false;
@@ -95,7 +95,7 @@ fn map_zeroed_unit(e: &Engine, r: &RegionInner, u: &mut UnitPages, dst: usize) {
     u.resident = UNIT_PAGES as u32;
     e.budget.charge(Gauge::Resident, UNIT_PAGES as i64);
     r.counters.minflt.fetch_add(1, Relaxed);
-    let _ = e.uffd.wake(dst, UNIT_SIZE);
+    let _ = r.uffd.wake(dst, UNIT_SIZE);
 }
 
 /// A fault in a unit whose pages are all swapped: swap it in whole if the policy
@@ -360,7 +360,7 @@ fn map_unit(
             n += 1;
         }
         let (done, _) =
-            e.uffd
+            r.uffd
                 .move_pages_partial(dst + k * PAGE_SIZE, frames[k], n * PAGE_SIZE, Wake::No);
         let m = done / PAGE_SIZE;
         moved[k..k + m].fill(true);
@@ -403,7 +403,7 @@ fn map_unit(
     }
     crate::reclaim::lru_add(e, r, first, u);
     // Last: a program woken earlier could read counters that miss this swap-in.
-    let _ = e.uffd.wake(dst, UNIT_SIZE);
+    let _ = r.uffd.wake(dst, UNIT_SIZE);
 }
 
 /// One part of a whole-unit read finished; the last part maps the unit if a fault
@@ -487,7 +487,7 @@ pub(crate) fn complete_unit_read(e: &Engine, ctx: &mut ThreadCtx, op: Op, res: i
     if wanted {
         crate::reclaim::lru_add(e, &r, first, &u);
         // Anybody else waiting in the unit faults again.
-        let _ = e.uffd.wake(r.page_addr(first), UNIT_SIZE);
+        let _ = r.uffd.wake(r.page_addr(first), UNIT_SIZE);
     }
 }
 
@@ -562,7 +562,7 @@ pub(crate) fn wp_unit(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64)
     }
     u.clean_by_move = false;
     r.counters.wpflt.fetch_add(1, Relaxed);
-    let _ = e
+    let _ = r
         .uffd
         .write_protect(r.page_addr(first), UNIT_SIZE, false, Wake::Yes);
     true

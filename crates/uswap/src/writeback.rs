@@ -215,9 +215,9 @@ pub(crate) fn write_run(
 /// removed its cache entry, if it had one. Under the unit's lock.
 pub(crate) fn restore_dirty(e: &Engine, r: &RegionInner, u: &mut UnitPages, p: u64, frame: usize) {
     let dst = r.page_addr(p);
-    let moved = e.uffd.move_pages(dst, frame, PAGE_SIZE, Wake::Yes).is_ok();
+    let moved = r.uffd.move_pages(dst, frame, PAGE_SIZE, Wake::Yes).is_ok();
     if !moved {
-        if let Err(err) = e
+        if let Err(err) = r
             .uffd
             .copy(dst, frame as *const u8, PAGE_SIZE, false, Wake::Yes)
         {
@@ -230,7 +230,7 @@ pub(crate) fn restore_dirty(e: &Engine, r: &RegionInner, u: &mut UnitPages, p: u
             r.counters.poisoned.fetch_add(1, Relaxed);
             e.frames.free(&e.zapper, &[frame]);
             e.budget.uncharge(Gauge::Cached, 1);
-            let _ = e.uffd.poison(dst, PAGE_SIZE);
+            let _ = r.uffd.poison(dst, PAGE_SIZE);
             return;
         }
     }

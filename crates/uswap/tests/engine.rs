@@ -247,6 +247,7 @@ fn readahead_policies_are_exact() {
                 RegionOptions {
                     readahead: Some(ra),
                     unit: Some(UnitPolicy::Small),
+                    ..Default::default()
                 },
             )
             .unwrap();

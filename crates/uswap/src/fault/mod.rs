@@ -8,6 +8,7 @@
 //! by a wake of its range (the page changed under it: it faults again), or by a
 //! poison marker (its bytes are lost: SIGBUS on that page only).
 
+pub(crate) mod in_thread;
 mod swapin;
 
 pub(crate) use swapin::{complete_read, drop_entry, poison_page, verify_read};
@@ -155,7 +156,7 @@ fn handle_missing(
     let unit = r.unit_of(page);
     let mut u = unit.lock();
     if r.is_dead() {
-        let _ = e.uffd.wake(r.page_addr(page), PAGE_SIZE);
+        let _ = r.uffd.wake(r.page_addr(page), PAGE_SIZE);
         return true;
     }
     unit.referenced.store(true, Relaxed);
@@ -174,10 +175,10 @@ fn handle_missing(
             if e.pagemap.present(r.page_addr(page)) == Some(false) {
                 heal_missing_resident(e, r, &mut u, page);
             }
-            let _ = e.uffd.wake(r.page_addr(page), PAGE_SIZE);
+            let _ = r.uffd.wake(r.page_addr(page), PAGE_SIZE);
         }
         PageState::Poisoned => {
-            let _ = e.uffd.poison(r.page_addr(page), PAGE_SIZE);
+            let _ = r.uffd.poison(r.page_addr(page), PAGE_SIZE);
         }
         PageState::Swapped(slot) => {
             if !(crate::unit::whole_units(r)
@@ -235,14 +236,14 @@ fn zero_fill(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64, write: b
         za.last = page + n as u64;
     }
     let addr = r.page_addr(page);
-    if let Err(err) = e.uffd.copy(
+    if let Err(err) = r.uffd.copy(
         addr,
         zero_source() as *const u8,
         n * PAGE_SIZE,
         !write,
         Wake::Yes,
     ) {
-        map_failed(e, "zero fill", addr, err);
+        map_failed(r, "zero fill", addr, err);
         return;
     }
     for k in 0..n {
@@ -263,7 +264,7 @@ fn zero_fill(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64, write: b
 /// (evicted copies always go through a frame under the unit lock, so this is an
 /// engine bug or a program that discarded region memory behind uswap's back).
 /// Poisoned: a SIGBUS beats wrong data. Under the unit's lock; said once.
-fn heal_missing_resident(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64) {
+pub(super) fn heal_missing_resident(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64) {
     e.diag.not_mapped(r, page, "no copy found: poisoned");
     let i = page as usize % UNIT_PAGES;
     if let PageState::Resident { slot: Some(s), .. } = u.get(i) {
@@ -272,19 +273,19 @@ fn heal_missing_resident(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u
     u.set(i, PageState::Poisoned);
     u.resident -= 1;
     e.budget.uncharge(Gauge::Resident, 1);
-    let _ = e.uffd.poison(r.page_addr(page), PAGE_SIZE);
+    let _ = r.uffd.poison(r.page_addr(page), PAGE_SIZE);
 }
 
 /// A mapping ioctl failed: say so unless the range went away under us (region
 /// dropped: nothing waits), and wake the faulting thread so that it retries.
-pub(crate) fn map_failed(e: &Engine, what: &str, addr: usize, err: std::io::Error) {
+pub(crate) fn map_failed(r: &RegionInner, what: &str, addr: usize, err: std::io::Error) {
     if !matches!(
         err.raw_os_error(),
         Some(libc::ENOENT) | Some(libc::EINVAL) | Some(libc::ESRCH)
     ) {
         eprintln!("uswap: {what} at {addr:#x} failed: {err}");
     }
-    let _ = e.uffd.wake(addr, PAGE_SIZE);
+    let _ = r.uffd.wake(addr, PAGE_SIZE);
 }
 
 /// Map the copies of consecutive pages `page..page + copies.len()`, each `(slot,
@@ -313,7 +314,7 @@ pub(crate) fn map_from_frames(
             n += 1;
         }
         let dst = r.page_addr(page + k as u64);
-        let mapped = match e.uffd.copy_counted(
+        let mapped = match r.uffd.copy_counted(
             dst,
             copies[k].1 as *const u8,
             n * PAGE_SIZE,
@@ -322,7 +323,7 @@ pub(crate) fn map_from_frames(
         ) {
             Ok(()) => n,
             Err((done, err)) => {
-                map_failed(e, "swap-in copy", dst, err);
+                map_failed(r, "swap-in copy", dst, err);
                 done / PAGE_SIZE
             }
         };
@@ -391,7 +392,7 @@ fn handle_wp(e: &Engine, r: &RegionInner, page: u64) {
     let addr = r.page_addr(page);
     let mut u = r.unit_of(page).lock();
     if r.is_dead() {
-        let _ = e.uffd.wake(addr, PAGE_SIZE);
+        let _ = r.uffd.wake(addr, PAGE_SIZE);
         return;
     }
     if crate::unit::wp_unit(e, r, &mut u, page) {
@@ -403,16 +404,16 @@ fn handle_wp(e: &Engine, r: &RegionInner, page: u64) {
             let slot = slot.and_then(|s| stale_slot_of(e, r, s));
             u.set(i, PageState::Resident { dirty: true, slot });
             r.counters.wpflt.fetch_add(1, Relaxed);
-            if let Err(err) = e.uffd.write_protect(addr, PAGE_SIZE, false, Wake::Yes) {
-                map_failed(e, "write unprotect", addr, err);
+            if let Err(err) = r.uffd.write_protect(addr, PAGE_SIZE, false, Wake::Yes) {
+                map_failed(r, "write unprotect", addr, err);
             }
         }
         PageState::Resident { dirty: true, .. } => {
-            let _ = e.uffd.write_protect(addr, PAGE_SIZE, false, Wake::Yes);
+            let _ = r.uffd.write_protect(addr, PAGE_SIZE, false, Wake::Yes);
         }
         // Evicted meanwhile: the retry takes a missing fault.
         _ => {
-            let _ = e.uffd.wake(addr, PAGE_SIZE);
+            let _ = r.uffd.wake(addr, PAGE_SIZE);
         }
     }
 }

@@ -53,7 +53,7 @@ pub(super) fn swap_in(
                     // No frame free (the cache took every one): retry once reclaim
                     // has trimmed it.
                     e.threads.wake_kswapd();
-                    let _ = e.uffd.wake(r.page_addr(page), PAGE_SIZE);
+                    let _ = r.uffd.wake(r.page_addr(page), PAGE_SIZE);
                     return;
                 };
                 r.counters.majflt.fetch_add(1, Relaxed);
@@ -88,7 +88,7 @@ pub(crate) fn poison_page(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: 
     u.set(page as usize % UNIT_PAGES, PageState::Poisoned);
     e.tiers.release(e, slot);
     r.counters.poisoned.fetch_add(1, Relaxed);
-    let _ = e.uffd.poison(r.page_addr(page), PAGE_SIZE);
+    let _ = r.uffd.poison(r.page_addr(page), PAGE_SIZE);
 }
 
 /// Pick readahead pages around a fault and insert them in the swap cache.
@@ -276,7 +276,7 @@ pub(crate) fn drop_entry(e: &Engine, r: &RegionInner, page: u64, slot: Slot) {
         e.frames.free(&e.zapper, &[en.frame]);
         e.budget.uncharge(Gauge::Cached, 1);
         if en.waiters && !r.is_dead() {
-            let _ = e.uffd.wake(r.page_addr(page), PAGE_SIZE);
+            let _ = r.uffd.wake(r.page_addr(page), PAGE_SIZE);
         }
     }
 }

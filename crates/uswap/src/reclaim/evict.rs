@@ -269,19 +269,19 @@ fn refused_page(
             u.set(i, PageState::Poisoned);
             u.resident -= 1;
             e.budget.uncharge(Gauge::Resident, 1);
-            let _ = e.uffd.poison(addr, PAGE_SIZE);
+            let _ = r.uffd.poison(addr, PAGE_SIZE);
             false
         }
         Some(info) if info.exclusive && err.raw_os_error() == Some(libc::EBUSY) => false,
-        Some(_) => copy_out(e, addr, frame),
+        Some(_) => copy_out(e, r, addr, frame),
         None => false,
     }
 }
 
 /// Detach a page that cannot move: write-protect it so that the program's next write
 /// waits, copy it into the frame, drop it from the region. Under the unit's lock.
-fn copy_out(e: &Engine, addr: usize, frame: usize) -> bool {
-    if e.uffd
+fn copy_out(e: &Engine, r: &RegionInner, addr: usize, frame: usize) -> bool {
+    if r.uffd
         .write_protect(addr, PAGE_SIZE, true, Wake::No)
         .is_err()
     {
@@ -289,7 +289,7 @@ fn copy_out(e: &Engine, addr: usize, frame: usize) -> bool {
     }
     // A populated frame page, so the copy cannot fault.
     if !crate::sys::mem::populate_write(frame, PAGE_SIZE) {
-        let _ = e.uffd.write_protect(addr, PAGE_SIZE, false, Wake::Yes);
+        let _ = r.uffd.write_protect(addr, PAGE_SIZE, false, Wake::Yes);
         return false;
     }
     // SAFETY: the region page is present (checked under the unit lock, which every

@@ -80,6 +80,7 @@ const UFFDIO_POISON: u64 = iowr(0x08, std::mem::size_of::<UffdioPoison>());
 const USERFAULTFD_IOC_NEW: u64 = UFFDIO << 8; // _IO(0xAA, 0x00)
 
 const UFFD_API: u64 = 0xAA;
+const FEATURE_SIGBUS: u64 = 1 << 7;
 const FEATURE_THREAD_ID: u64 = 1 << 8;
 const FEATURE_POISON: u64 = 1 << 14;
 const FEATURE_MOVE: u64 = 1 << 16;
@@ -163,6 +164,17 @@ impl Uffd {
     /// negotiate the features the engine needs: MOVE, POISON, THREAD_ID; write-protect
     /// faults come with the base API.
     pub fn open() -> Result<Uffd> {
+        Self::open_with(0)
+    }
+
+    /// Like [`Uffd::open`], but faults raise SIGBUS in the faulting thread instead of
+    /// waiting for a handler thread (UFFD_FEATURE_SIGBUS); faults taken inside system
+    /// calls fail with EFAULT.
+    pub fn open_sigbus() -> Result<Uffd> {
+        Self::open_with(FEATURE_SIGBUS)
+    }
+
+    fn open_with(extra: u64) -> Result<Uffd> {
         let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
         // SAFETY: plain syscall with integer flags.
         let r = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) };
@@ -180,7 +192,7 @@ impl Uffd {
         let uffd = Uffd { fd };
         let mut api = UffdioApi {
             api: UFFD_API,
-            features: FEATURE_MOVE | FEATURE_POISON | FEATURE_THREAD_ID,
+            features: FEATURE_MOVE | FEATURE_POISON | FEATURE_THREAD_ID | extra,
             ioctls: 0,
         };
         if ioctl(uffd.raw(), UFFDIO_API, &mut api).is_err() {
@@ -188,6 +200,7 @@ impl Uffd {
             for (bit, name) in [
                 (FEATURE_MOVE, "UFFD_FEATURE_MOVE"),
                 (FEATURE_POISON, "UFFD_FEATURE_POISON"),
+                (FEATURE_SIGBUS, "UFFD_FEATURE_SIGBUS"),
             ] {
                 let probe = Uffd::open_plain()?;
                 let mut a = UffdioApi {

@@ -1,0 +1,275 @@
+//! In-thread faults, for regions that ask for them (`RegionOptions::in_thread`).
+//!
+//! A region registered with the pool's second userfaultfd (UFFD_FEATURE_SIGBUS) does
+//! not queue its faults for a fault thread: the kernel raises SIGBUS in the faulting
+//! thread, whose handler (here) serves the fault itself and returns, and the access
+//! runs again. A major fault then costs the read and a few microseconds, with no
+//! thread woken on either side (a wake-up across vCPUs costs ~20 µs each way on this
+//! VM, twice per fault in the handler-thread design). Reads are synchronous O_DIRECT
+//! preads of the back tier into a frame, mapped with UFFDIO_COPY (write-protected:
+//! the page is clean until written; a write then traps once more and unprotects it).
+//! Swap-cache hits, readahead results and writes in flight are served as usual; a
+//! page whose read is in flight on a fault thread is waited for.
+//!
+//! Costs of the mode, said in the docs: a system call that touches a page of such a
+//! region that is not mapped fails with EFAULT (the kernel cannot deliver SIGBUS
+//! there), so hand such memory to `read(2)` and friends only once it is resident; the
+//! handler allocates, so the region must not hold the data of the allocator itself;
+//! a program that installs its own SIGBUS handler afterwards must chain to the one it
+//! replaced (as JVMs do). Other SIGBUS (a poisoned page: its bytes were lost, a real
+//! bus error) go to the handler that was there before, or kill the process as usual.
+
+use crate::budget::Gauge;
+use crate::engine::{Engine, ENGINES};
+use crate::error::{Error, Result};
+use crate::pagemap::{PageState, RegionInner};
+use crate::swap_cache::Lookup;
+use crate::sys::uffd::{Uffd, Wake};
+use crate::tier::Location;
+use crate::{PAGE_SIZE, UNIT_PAGES};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
+
+/// The pool's in-thread userfaultfd, made (and the SIGBUS handler installed) on first
+/// use.
+pub(crate) fn uffd(e: &Engine) -> Result<Arc<Uffd>> {
+    if let Some(u) = e.uffd_in_thread.get() {
+        return Ok(u.clone());
+    }
+    install_handler()?;
+    let u = Arc::new(Uffd::open_sigbus()?);
+    Ok(e.uffd_in_thread.get_or_init(|| u).clone())
+}
+
+/// The SIGBUS disposition before ours, to chain to.
+static PREVIOUS: Mutex<Option<libc::sigaction>> = Mutex::new(None);
+
+fn install_handler() -> Result<()> {
+    let mut prev = PREVIOUS.lock().unwrap_or_else(|p| p.into_inner());
+    if prev.is_some() {
+        return Ok(());
+    }
+    // SAFETY: sigaction is plain data; zeroed is a valid value.
+    let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+    sa.sa_sigaction = on_sigbus as *const () as usize;
+    sa.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER | libc::SA_RESTART;
+    // SAFETY: same as above.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: installs a handler for SIGBUS with live structs; `old` gets the previous.
+    if unsafe { libc::sigaction(libc::SIGBUS, &sa, &mut old) } != 0 {
+        return Err(Error::sys("sigaction(SIGBUS)"));
+    }
+    *prev = Some(old);
+    Ok(())
+}
+
+extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, uctx: *mut libc::c_void) {
+    // SAFETY: the kernel hands a valid siginfo to an SA_SIGINFO handler.
+    let (addr, code) = unsafe { ((*info).si_addr() as usize, (*info).si_code) };
+    // A userfaultfd fault raises BUS_ADRERR; a poisoned page BUS_MCEERR_AR (or also
+    // BUS_ADRERR without CONFIG_MEMORY_FAILURE: `serve` tells them apart by state).
+    if code == libc::BUS_ADRERR && serve(addr) {
+        return;
+    }
+    chain(sig, info, uctx);
+}
+
+/// Pass a SIGBUS that is not ours to the disposition before ours.
+fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, uctx: *mut libc::c_void) {
+    let prev = *PREVIOUS.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(prev) = prev else { return };
+    if prev.sa_sigaction == libc::SIG_DFL || prev.sa_sigaction == libc::SIG_IGN {
+        // Default action: restore it; the access runs again and the kernel's SIGBUS
+        // ends the process as it would have without us.
+        // SAFETY: restores the previous disposition (plain data).
+        unsafe { libc::sigaction(libc::SIGBUS, &prev, std::ptr::null_mut()) };
+        return;
+    }
+    if prev.sa_flags & libc::SA_SIGINFO != 0 {
+        // SAFETY: the previous handler was installed as an SA_SIGINFO handler.
+        let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+            unsafe { std::mem::transmute(prev.sa_sigaction) };
+        f(sig, info, uctx);
+    } else {
+        // SAFETY: the previous handler was installed as a plain handler.
+        let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(prev.sa_sigaction) };
+        f(sig);
+    }
+}
+
+/// Serve a fault at `addr` if it is in an in-thread region of some pool. True: the
+/// access may run again.
+fn serve(addr: usize) -> bool {
+    let engines = ENGINES.lock().unwrap_or_else(|p| p.into_inner());
+    let found = engines.iter().find_map(|w| {
+        let e = w.upgrade()?;
+        let r = e.regions.by_addr(addr)?;
+        r.in_thread.then_some((e, r))
+    });
+    drop(engines);
+    let Some((e, r)) = found else {
+        return false;
+    };
+    let page = ((addr - r.base) / PAGE_SIZE) as u64;
+    fault(&e, &r, page)
+}
+
+/// The fault of one page, served here. Returns when the access may run again: true,
+/// or false when the page's bytes are lost (the program's SIGBUS).
+fn fault(e: &Engine, r: &Arc<RegionInner>, page: u64) -> bool {
+    let _a = e.fork.enter();
+    // Room for the page and its read's frame. No direct reclaim here (it needs a
+    // thread's ring): wait for the reclaim thread, then go over rather than hang.
+    let t = std::time::Instant::now();
+    let mut force = false;
+    while !e.budget.try_reserve(2, force) {
+        e.threads.wake_kswapd();
+        std::thread::sleep(std::time::Duration::from_micros(50));
+        force = t.elapsed() > std::time::Duration::from_secs(10);
+        if force {
+            e.diag.over_budget();
+        }
+    }
+    let _room = e.budget.room(2);
+    if e.budget.usage_pages() > e.budget.high_pages() {
+        e.threads.wake_kswapd();
+    }
+    let unit = r.unit_of(page);
+    let mut u = unit.lock();
+    if r.is_dead() {
+        return true;
+    }
+    unit.referenced.store(true, Relaxed);
+    let i = page as usize % UNIT_PAGES;
+    let addr = r.page_addr(page);
+    let present = || e.pagemap.present(addr) == Some(true);
+
+    match u.get(i) {
+        PageState::Untouched => {
+            // First touch: writable zeros (a read of zeros costs a write at eviction,
+            // a write would cost a second trap).
+            let zero = [0u8; PAGE_SIZE];
+            if r.uffd
+                .copy(addr, zero.as_ptr(), PAGE_SIZE, false, Wake::No)
+                .is_ok()
+            {
+                u.set(
+                    i,
+                    PageState::Resident {
+                        dirty: true,
+                        slot: None,
+                    },
+                );
+                u.resident += 1;
+                e.budget.charge(Gauge::Resident, 1);
+                r.counters.minflt.fetch_add(1, Relaxed);
+            }
+        }
+        PageState::Resident { dirty: false, slot } if present() => {
+            // A write to a clean page: it becomes dirty, its slot stale.
+            let slot = slot.and_then(|s| super::stale_slot_of(e, r, s));
+            u.set(i, PageState::Resident { dirty: true, slot });
+            r.counters.wpflt.fetch_add(1, Relaxed);
+            let _ = r.uffd.write_protect(addr, PAGE_SIZE, false, Wake::No);
+        }
+        PageState::Resident { .. } => {
+            if !present() {
+                super::heal_missing_resident(e, r, &mut u, page);
+            }
+        }
+        PageState::Poisoned => {
+            // Its bytes are lost: the program's SIGBUS, not ours to serve (on a
+            // kernel without CONFIG_MEMORY_FAILURE a poison marker raises the same
+            // BUS_ADRERR as a userfault).
+            let _ = r.uffd.poison(addr, PAGE_SIZE);
+            return false;
+        }
+        PageState::Swapped(slot) => match e.cache.fault_lookup(slot, false) {
+            Lookup::Hit(en) => {
+                r.counters.minflt.fetch_add(1, Relaxed);
+                r.counters.swapcache_hit.fetch_add(1, Relaxed);
+                if en.readahead {
+                    r.counters.swap_ra_hit.fetch_add(1, Relaxed);
+                }
+                super::map_from_frames(e, r, &mut u, page, &[(slot, en.frame)], false);
+            }
+            Lookup::InFlight => {
+                // A fault thread's read or a write is in flight: its completion maps
+                // the page (a waiter was recorded). Wait for it outside the lock.
+                drop(u);
+                while matches!(r.unit_of(page).lock().get(i), PageState::Swapped(s) if s == slot)
+                    && !r.is_dead()
+                {
+                    std::thread::sleep(std::time::Duration::from_micros(20));
+                }
+                return true;
+            }
+            Lookup::Miss => match e.tiers.meta.location(slot) {
+                Location::Back => read_in(e, r, &mut u, page, slot),
+                Location::Compressed => {
+                    crate::tier::compressed_fault(e, r, &mut u, page, slot, false)
+                }
+                Location::None => {
+                    e.diag.internal(&format!(
+                        "page {page} of region {} is swapped to slot {slot}, which holds nothing",
+                        r.id
+                    ));
+                    super::poison_page(e, r, &mut u, page, slot);
+                }
+            },
+        },
+    }
+    crate::reclaim::lru_add(e, r, page, &u);
+    true
+}
+
+/// Read page `page` (swapped to `slot` on the back tier) with a synchronous O_DIRECT
+/// pread into a frame, check it, map it clean. Under the unit's lock.
+fn read_in(
+    e: &Engine,
+    r: &RegionInner,
+    u: &mut crate::pagemap::UnitPages,
+    page: u64,
+    slot: crate::slots::Slot,
+) {
+    let Some(frame) = e.frames.alloc_one() else {
+        // No frame free now: the access runs again once reclaim trimmed the cache.
+        e.threads.wake_kswapd();
+        return;
+    };
+    e.budget.charge(Gauge::Cached, 1);
+    r.counters.majflt.fetch_add(1, Relaxed);
+    let mut good = false;
+    for attempt in 0..3 {
+        let (fd, off) = e.tiers.file().locate(slot);
+        // SAFETY: reads 4 KiB into a frame this thread owns (an O_DIRECT-aligned page of
+        // the arena, which only takes ordinary kernel faults).
+        let n = unsafe { libc::pread(fd, frame as *mut libc::c_void, PAGE_SIZE, off as i64) };
+        let seq = e.diag.read_seq.fetch_add(1, Relaxed) + 1;
+        let inj = e.cfg.inject;
+        let failed = inj.fail_read_every > 0 && seq.is_multiple_of(inj.fail_read_every);
+        if n == PAGE_SIZE as isize && !failed {
+            if e.tiers
+                .meta
+                .hash_matches(slot, crate::tier::page_hash(e.frames.page(frame)))
+            {
+                good = true;
+                break;
+            }
+            r.counters.swap_csum_fail.fetch_add(1, Relaxed);
+        }
+        r.counters.io_errors.fetch_add(1, Relaxed);
+        let _ = attempt;
+    }
+    if !good {
+        e.frames.free(&e.zapper, &[frame]);
+        e.budget.uncharge(Gauge::Cached, 1);
+        super::poison_page(e, r, u, page, slot);
+        return;
+    }
+    r.counters.pswpin.fetch_add(1, Relaxed);
+    // Clean: mapped write-protected, the slot stays valid. `map_from_frames` wants
+    // the slot's cache reference, as a copy from the cache has.
+    e.slots.set_cache(slot);
+    super::map_from_frames(e, r, u, page, &[(slot, frame)], false);
+}
