@@ -56,6 +56,9 @@ pub(crate) struct Records {
     shards: Box<[RwLock<Shard>]>,
 }
 
+/// Records per table growth step (~6 KiB).
+const RECORD_CHUNK: usize = 256;
+
 static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
@@ -78,7 +81,7 @@ impl Records {
         let shards: Box<[RwLock<Shard>]> = (0..RECORD_SHARDS)
             .map(|_| {
                 RwLock::new(Shard {
-                    slab: Slab::new(MAX_RECORDS_PER_SHARD),
+                    slab: Slab::new(RECORD_CHUNK, MAX_RECORDS_PER_SHARD),
                     reported_heap: 0,
                 })
             })
@@ -94,7 +97,7 @@ impl Records {
         let mut s = self.shards[shard]
             .write()
             .unwrap_or_else(|e| e.into_inner());
-        let (idx, gen) = s.slab.insert(record)?;
+        let (idx, gen) = s.slab.insert(record).ok()?;
         s.report_heap(meta);
         Some(Handle::record(unit, shard, idx, gen))
     }

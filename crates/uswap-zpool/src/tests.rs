@@ -65,7 +65,7 @@ fn pool_bytes_is_exactly_what_the_kernel_has_mapped() {
             .objects
             .classes()
             .iter()
-            .flat_map(|c| c.zspage_addrs())
+            .flat_map(|c| c.zspage_spans())
             .map(|(_, pages)| (pages * PAGE_SIZE) as u64)
             .sum();
         assert_eq!(held, zspage_bytes, "{when}: pool_bytes is not the zspages");

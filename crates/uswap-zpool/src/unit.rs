@@ -37,6 +37,10 @@ const _: () = assert!(
     "chunks are checked word by word"
 );
 
+/// Scratch buffers kept for later unit stores (more are made while more threads store
+/// units at once, and freed after).
+const KEPT_UNIT_SCRATCH: usize = 2;
+
 /// How one chunk will be stored, decided before anything is allocated.
 #[derive(Debug, Clone, Copy)]
 enum Plan {
@@ -68,6 +72,14 @@ impl UnitScratch {
         }
     }
 
+    /// Heap bytes of a new one.
+    fn bytes_for(zpool: &Zpool) -> u64 {
+        (UNIT_SIZE
+            + zpool.compressor.max_output(UNIT_CHUNK)
+            + UNIT_CHUNKS * (std::mem::size_of::<Plan>() + std::mem::size_of::<Chunk>()))
+            as u64
+    }
+
     fn heap_bytes(&self) -> u64 {
         (self.buf.len()
             + self.plan.capacity() * std::mem::size_of::<Plan>()
@@ -90,7 +102,9 @@ impl Zpool {
         if !self.under_limit() {
             return Err(self.reject(Reject::PoolFull));
         }
-        let mut scratch = self.take_unit_scratch();
+        let Some(mut scratch) = self.take_unit_scratch() else {
+            return Err(self.reject(Reject::PoolFull));
+        };
         let result = self.store_unit_with(unit, &mut scratch);
         self.put_unit_scratch(scratch);
         result
@@ -200,25 +214,47 @@ impl Zpool {
         Ok(())
     }
 
-    fn take_unit_scratch(&self) -> UnitScratch {
+    /// A scratch buffer for one unit store: a pooled one, or a new one if holding it
+    /// keeps the pool within its limit (it is counted in the metadata).
+    fn take_unit_scratch(&self) -> Option<UnitScratch> {
         let mut list = self.unit_scratch.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(s) = list.pop() {
-            return s;
+            return Some(s);
         }
         drop(list);
+        let bytes = UnitScratch::bytes_for(self);
+        if self.total_bytes() + bytes > self.limit() {
+            return None;
+        }
         let s = UnitScratch::new(self);
         self.objects.meta.add(s.heap_bytes());
-        s
+        Some(s)
     }
 
+    /// Keep a scratch buffer for the next unit store, or free it if enough are kept.
     fn put_unit_scratch(&self, s: UnitScratch) {
         let mut list = self.unit_scratch.lock().unwrap_or_else(|e| e.into_inner());
+        if list.len() >= KEPT_UNIT_SCRATCH {
+            drop(list);
+            self.objects.meta.sub(s.heap_bytes());
+            return;
+        }
         let before = list.capacity();
         list.push(s);
         let grown = list.capacity() - before;
         self.objects
             .meta
             .add((grown * std::mem::size_of::<UnitScratch>()) as u64);
+    }
+
+    /// Free the scratch buffers kept for unit stores (~2 MiB each; a later unit store
+    /// makes one again). The bytes released from `metadata_bytes`.
+    pub fn release_unit_scratch(&self) -> u64 {
+        let mut list = self.unit_scratch.lock().unwrap_or_else(|e| e.into_inner());
+        let bytes: u64 = list.drain(..).map(|s| s.heap_bytes()).sum();
+        drop(list);
+        self.objects.meta.sub(bytes);
+        bytes
     }
 
     /// The object of each chunk that has one (tests use it to damage one).

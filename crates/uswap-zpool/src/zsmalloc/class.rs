@@ -4,9 +4,9 @@
 //! table), which is how compaction finds the handle of an object it moves (zsmalloc
 //! keeps the handle in the object the same way). The rest of the slot is the payload.
 
-use super::arena::{Arena, Span, SpanError};
-use super::size_class::Geometry;
-use super::zspage::{ZsPage, FULL, GROUPS};
+use super::arena::{Arena, Span};
+use super::size_class::{Geometry, MAX_OBJECT};
+use super::zspage::{bitmap_words, ZsPage, FULL, GROUPS};
 use super::Metadata;
 use crate::slab::Slab;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,8 +15,11 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 /// Bytes of the back-pointer at the start of every object.
 pub(crate) const BACKPTR: usize = 4;
 
-/// Handle indices fit in 32 bits (the handle packs them so).
-const MAX_HANDLES: u32 = u32::MAX - 1;
+/// Handle and zspage indices fit in 32 bits (handles pack them so).
+const MAX_ENTRIES: u32 = u32::MAX - 1;
+/// Table growth steps: ~3 KiB of handles, ~4 KiB of zspage descriptors.
+const HANDLE_CHUNK: usize = 256;
+const ZSPAGE_CHUNK: usize = 64;
 
 /// Where an object is now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,33 +28,33 @@ pub(crate) struct Loc {
     slot: u32,
 }
 
-/// Why an object could not be allocated.
+/// Why an object could not be allocated: a new zspage would pass the byte limit (or
+/// no address space or index was left).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum AllocError {
-    /// A new zspage would pass the byte limit (or no address space was left).
-    Full,
-}
+pub(crate) struct Full;
 
 /// See the module doc.
 pub(crate) struct Class {
     pub(crate) geom: Geometry,
     state: RwLock<ClassState>,
-    /// Objects stored (written under the write lock; read without it for stats).
+    /// Copies of `ClassState::objects` and `::live`, written under the write lock, for
+    /// stats read without it.
     objects: AtomicU64,
-    /// Zspages held.
     zspages: AtomicU64,
 }
 
-/// Guarded by `Class::state`: loads take it shared, everything that changes a
-/// zspage or the handle table (alloc, free, compaction) takes it exclusive.
+/// Guarded by `Class::state`: loads take it shared; everything that changes a zspage
+/// or the handle table (alloc, free, compaction) takes it exclusive.
 struct ClassState {
     /// Handle index → where the object is now.
     handles: Slab<Loc>,
-    /// Zspages by id (`None`: id free for reuse, listed in `free_ids`).
-    zspages: Vec<Option<ZsPage>>,
-    free_ids: Vec<u32>,
+    /// The zspages, by id (their index here; generations unused).
+    zspages: Slab<ZsPage>,
     /// Ids of the zspages that are neither empty nor full, by fullness group.
     groups: [Vec<u32>; GROUPS],
+    /// Objects stored, and zspages held.
+    objects: u64,
+    live: u64,
     /// Heap bytes of this state last added to the pool's metadata counter.
     reported_heap: u64,
 }
@@ -59,10 +62,11 @@ struct ClassState {
 impl Class {
     pub(crate) fn new(geom: Geometry, meta: &Metadata) -> Class {
         let mut state = ClassState {
-            handles: Slab::new(MAX_HANDLES),
-            zspages: Vec::new(),
-            free_ids: Vec::new(),
+            handles: Slab::new(HANDLE_CHUNK, MAX_ENTRIES),
+            zspages: Slab::new(ZSPAGE_CHUNK, MAX_ENTRIES),
             groups: Default::default(),
+            objects: 0,
+            live: 0,
             reported_heap: 0,
         };
         state.report_heap(&geom, meta);
@@ -75,8 +79,8 @@ impl Class {
     }
 
     fn read_state(&self) -> RwLockReadGuard<'_, ClassState> {
-        // A panic while holding the lock cannot leave the state half-changed in a way
-        // that matters more than stopping would: keep serving.
+        // Nothing panics while holding the lock with the state half-changed; if
+        // something did, serving on beats stopping every thread of the engine.
         self.state.read().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -101,22 +105,22 @@ impl Class {
         meta: &Metadata,
         len: usize,
         write: impl FnOnce(&mut [u8]),
-    ) -> Result<(u32, u8), AllocError> {
+    ) -> Result<(u32, u8), Full> {
         let geom = &self.geom;
         debug_assert!(BACKPTR + len <= geom.size);
-        let mut guard = self.write_state();
-        let st = &mut *guard;
+        let mut st = self.write_state();
         let id = match st.fullest_zspage() {
             Some(id) => id,
             None => {
-                let span = match arena.alloc(geom.pages, meta.bytes()) {
-                    Ok(span) => span,
-                    Err(SpanError::OverLimit | SpanError::NoAddressSpace) => {
-                        return Err(AllocError::Full)
+                let span = arena.alloc(geom.pages, meta.bytes()).map_err(|_| Full)?;
+                match st.add_zspage(ZsPage::new(span, geom)) {
+                    Ok(id) => id,
+                    Err(span) => {
+                        drop(st);
+                        arena.free(span);
+                        return Err(Full);
                     }
-                };
-                self.zspages.fetch_add(1, Ordering::Relaxed);
-                st.add_zspage(ZsPage::new(span, geom))
+                }
             }
         };
         let slot = st.zspage_mut(id).take_slot();
@@ -125,19 +129,21 @@ impl Class {
             zspage: id,
             slot: slot as u32,
         };
-        let Some((idx, gen)) = st.handles.insert(loc) else {
+        let Ok((idx, gen)) = st.handles.insert(loc) else {
             // 4 billion objects in one class: give the slot back and refuse.
             let emptied = st.release(loc, geom);
-            st.report_heap(geom, meta);
-            drop(guard);
-            self.free_span(arena, emptied);
-            return Err(AllocError::Full);
+            self.publish(&mut st, meta);
+            drop(st);
+            if let Some(span) = emptied {
+                arena.free(span);
+            }
+            return Err(Full);
         };
         let obj = st.zspage_mut(id).slot_mut(geom, slot);
         obj[..BACKPTR].copy_from_slice(&idx.to_le_bytes());
         write(&mut obj[BACKPTR..BACKPTR + len]);
-        self.objects.fetch_add(1, Ordering::Relaxed);
-        st.report_heap(geom, meta);
+        st.objects += 1;
+        self.publish(&mut st, meta);
         Ok((idx, gen))
     }
 
@@ -146,23 +152,23 @@ impl Class {
     pub(crate) fn read<R>(&self, idx: u32, gen: u8, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
         let st = self.read_state();
         let loc = *st.handles.get(idx, gen)?;
-        let obj = st.zspages[loc.zspage as usize]
-            .as_ref()?
+        let obj = st
+            .zspages
+            .get_any_gen(loc.zspage)?
             .slot(&self.geom, loc.slot as usize);
         Some(f(&obj[BACKPTR..]))
     }
 
-    /// Run `f` on the payload of object (idx, gen) with it mutable (tests corrupt
-    /// objects through this).
+    /// Run `f` on the whole slot of object (idx, gen), mutable (tests damage objects
+    /// through this).
     #[cfg(test)]
     pub(crate) fn write<R>(&self, idx: u32, gen: u8, f: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
         let mut st = self.write_state();
         let loc = *st.handles.get(idx, gen)?;
         let geom = self.geom;
-        let obj = st.zspages[loc.zspage as usize]
-            .as_mut()?
-            .slot_mut(&geom, loc.slot as usize);
-        Some(f(obj))
+        Some(f(st
+            .zspage_mut(loc.zspage)
+            .slot_mut(&geom, loc.slot as usize)))
     }
 
     /// Free object (idx, gen), first showing its payload to `inspect`; `None` if no such
@@ -180,19 +186,14 @@ impl Class {
         let loc = st.handles.remove(idx, gen)?;
         let r = inspect(&st.zspage_mut(loc.zspage).slot(geom, loc.slot as usize)[BACKPTR..]);
         let emptied = st.release(loc, geom);
-        self.objects.fetch_sub(1, Ordering::Relaxed);
-        st.report_heap(geom, meta);
+        st.objects -= 1;
+        self.publish(&mut st, meta);
         drop(st);
         // MADV_DONTNEED outside the lock: loads of this class need not wait for it.
-        self.free_span(arena, emptied);
-        Some(r)
-    }
-
-    fn free_span(&self, arena: &Arena, span: Option<Span>) {
-        if let Some(span) = span {
-            self.zspages.fetch_sub(1, Ordering::Relaxed);
+        if let Some(span) = emptied {
             arena.free(span);
         }
+        Some(r)
     }
 
     /// One compaction step: when the class holds at least one zspage's worth of free
@@ -201,46 +202,44 @@ impl Class {
     /// for one step only (at most one zspage of objects copied), so loads wait little.
     pub(crate) fn compact_step(&self, arena: &Arena, meta: &Metadata) -> usize {
         let geom = &self.geom;
-        let mut guard = self.write_state();
-        let st = &mut *guard;
-        let held = st.live_zspages() * geom.objs;
-        let objects = self.objects() as usize;
-        if held.saturating_sub(objects) < geom.objs {
+        let mut st = self.write_state();
+        let free_slots = (st.live * geom.objs as u64).saturating_sub(st.objects);
+        if free_slots < geom.objs as u64 {
             return 0;
         }
         let Some(src) = st.sparsest_zspage() else {
             return 0;
         };
+        // Out of the lists: never picked as a destination for its own objects.
         st.unlist(src);
-        let mut src_zs = st.zspages[src as usize]
-            .take()
-            .expect("listed zspage exists");
-        // Free slots elsewhere >= (free in all) - (free in src) >= objs - (objs - inuse)
-        // = objects in src, so every object finds a place.
+        // Free slots in the others >= (free in all) - (free in src) >= objs - (objs -
+        // in use in src) = objects in src: every object finds a place.
+        let mut tmp = [0u8; MAX_OBJECT];
+        let tmp = &mut tmp[..geom.size];
         for slot in 0..geom.objs {
+            let src_zs = st.zspage_mut(src);
             if !src_zs.is_used(slot) {
                 continue;
             }
+            tmp.copy_from_slice(src_zs.slot(geom, slot));
             let old = Loc {
                 zspage: src,
                 slot: slot as u32,
             };
-            let backptr = src_zs.slot(geom, slot)[..BACKPTR]
-                .try_into()
-                .expect("4 bytes");
-            let Some(idx) = st.handle_of(u32::from_le_bytes(backptr), old) else {
-                // In use with no handle: nobody can ever load it. Drop it.
-                src_zs.release_slot(slot);
-                self.objects.fetch_sub(1, Ordering::Relaxed);
+            let backptr = u32::from_le_bytes(tmp[..BACKPTR].try_into().expect("4 bytes"));
+            let Some(idx) = st.handle_of(backptr, old) else {
+                // In use but no handle leads here: nobody can load it. Drop it.
+                st.zspage_mut(src).release_slot(slot);
+                st.objects -= 1;
                 continue;
             };
             let Some(dst) = st.fullest_zspage() else {
-                break; // cannot happen (see above); leave the rest where it is
+                break; // cannot happen (see above); the rest stays where it is
             };
             let dst_zs = st.zspage_mut(dst);
             let new_slot = dst_zs.take_slot();
             let obj = dst_zs.slot_mut(geom, new_slot);
-            obj.copy_from_slice(src_zs.slot(geom, slot));
+            obj.copy_from_slice(tmp);
             // Rewrite the back-pointer: it may have been the damaged one.
             obj[..BACKPTR].copy_from_slice(&idx.to_le_bytes());
             st.regroup(dst, geom);
@@ -248,21 +247,30 @@ impl Class {
                 zspage: dst,
                 slot: new_slot as u32,
             };
-            src_zs.release_slot(slot);
+            st.zspage_mut(src).release_slot(slot);
         }
-        let freed = if src_zs.inuse == 0 {
-            st.free_ids.push(src);
-            Some(src_zs.span)
+        let freed = if st.zspage_mut(src).inuse == 0 {
+            st.live -= 1;
+            st.zspages.remove_any_gen(src).map(|z| z.span)
         } else {
-            st.zspages[src as usize] = Some(src_zs);
             st.regroup(src, geom);
             None
         };
-        st.report_heap(geom, meta);
-        drop(guard);
-        let pages = freed.as_ref().map_or(0, |s| s.pages());
-        self.free_span(arena, freed);
+        self.publish(&mut st, meta);
+        drop(st);
+        let pages = freed.as_ref().map_or(0, Span::pages);
+        if let Some(span) = freed {
+            arena.free(span);
+        }
         pages
+    }
+
+    /// After a change under the write lock: update the gauges read without it and the
+    /// pool's metadata counter.
+    fn publish(&self, st: &mut ClassState, meta: &Metadata) {
+        self.objects.store(st.objects, Ordering::Relaxed);
+        self.zspages.store(st.live, Ordering::Relaxed);
+        st.report_heap(&self.geom, meta);
     }
 
     /// Heap bytes of this class's state (for tests of the metadata counter).
@@ -271,13 +279,12 @@ impl Class {
         self.read_state().heap_bytes(&self.geom)
     }
 
-    /// Start addresses of its zspages (for tests that read the page tables).
+    /// Its zspages' (start address, pages) (for tests that read the page tables).
     #[cfg(test)]
-    pub(crate) fn zspage_addrs(&self) -> Vec<(usize, usize)> {
+    pub(crate) fn zspage_spans(&self) -> Vec<(usize, usize)> {
         let st = self.read_state();
         st.zspages
-            .iter()
-            .flatten()
+            .values()
             .map(|z| (z.span.addr(), z.span.pages()))
             .collect()
     }
@@ -285,22 +292,16 @@ impl Class {
 
 impl ClassState {
     fn zspage_mut(&mut self, id: u32) -> &mut ZsPage {
-        self.zspages[id as usize]
-            .as_mut()
-            .expect("zspage id in use")
-    }
-
-    fn live_zspages(&self) -> usize {
-        self.zspages.len() - self.free_ids.len()
+        self.zspages.get_mut_any_gen(id).expect("zspage id in use")
     }
 
     /// Heap bytes held by this state.
     fn heap_bytes(&self, geom: &Geometry) -> u64 {
-        let ids = self.free_ids.capacity() + self.groups.iter().map(Vec::capacity).sum::<usize>();
+        let lists: usize = self.groups.iter().map(Vec::capacity).sum();
         (self.handles.heap_bytes()
-            + self.zspages.capacity() * std::mem::size_of::<Option<ZsPage>>()
-            + self.live_zspages() * super::zspage::bitmap_words(geom) * 8
-            + ids * std::mem::size_of::<u32>()) as u64
+            + self.zspages.heap_bytes()
+            + self.live as usize * bitmap_words(geom) * std::mem::size_of::<u64>()
+            + lists * std::mem::size_of::<u32>()) as u64
     }
 
     /// Bring the pool's metadata counter up to date with this state's heap bytes.
@@ -310,18 +311,12 @@ impl ClassState {
         self.reported_heap = now;
     }
 
-    fn add_zspage(&mut self, mut zs: ZsPage) -> u32 {
+    /// Keep a new zspage; its id (or the span back if no id is left).
+    fn add_zspage(&mut self, mut zs: ZsPage) -> Result<u32, Span> {
         zs.group = FULL; // in no list until regroup() places it
-        match self.free_ids.pop() {
-            Some(id) => {
-                self.zspages[id as usize] = Some(zs);
-                id
-            }
-            None => {
-                self.zspages.push(Some(zs));
-                (self.zspages.len() - 1) as u32
-            }
-        }
+        let (id, _) = self.zspages.insert(zs).map_err(|zs| zs.span)?;
+        self.live += 1;
+        Ok(id)
     }
 
     /// Give back the slot at `loc`; the zspage's span if that emptied it.
@@ -333,8 +328,8 @@ impl ClassState {
             return None;
         }
         self.unlist(loc.zspage);
-        self.free_ids.push(loc.zspage);
-        self.zspages[loc.zspage as usize].take().map(|z| z.span)
+        self.live -= 1;
+        self.zspages.remove_any_gen(loc.zspage).map(|z| z.span)
     }
 
     /// A zspage with a free slot, from the fullest group.
@@ -355,15 +350,17 @@ impl ClassState {
             return;
         }
         self.unlist(id);
-        let zs = self.zspages[id as usize]
-            .as_mut()
-            .expect("zspage id in use");
+        let pos = match want {
+            FULL => 0,
+            g => {
+                let list = &mut self.groups[g as usize];
+                list.push(id);
+                list.len() - 1
+            }
+        };
+        let zs = self.zspage_mut(id);
         zs.group = want;
-        if want != FULL {
-            let list = &mut self.groups[want as usize];
-            zs.pos = list.len();
-            list.push(id);
-        }
+        zs.pos = pos;
     }
 
     /// Take zspage `id` out of its group list (it stays where it is otherwise).
@@ -385,12 +382,8 @@ impl ClassState {
     /// does not lead back to `old` (the back-pointer was damaged in memory), the index is
     /// found by a scan instead: trusting a wrong one would repoint another caller's
     /// handle here and hand it these (checksum-valid) bytes.
-    fn handle_of(&mut self, backptr: u32, old: Loc) -> Option<u32> {
-        if self
-            .handles
-            .get_mut_any_gen(backptr)
-            .is_some_and(|l| *l == old)
-        {
+    fn handle_of(&self, backptr: u32, old: Loc) -> Option<u32> {
+        if self.handles.get_any_gen(backptr) == Some(&old) {
             return Some(backptr);
         }
         self.handles.find_index(|l| *l == old)

@@ -20,7 +20,7 @@ pub(crate) mod zspage;
 
 use crate::PAGE_SIZE;
 use arena::Arena;
-use class::{AllocError, Class, BACKPTR};
+use class::{Class, Full, BACKPTR};
 use size_class::{ClassTable, MAX_OBJECT};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -110,11 +110,7 @@ impl ObjPool {
     }
 
     /// Store an object with `len` payload bytes (≤ [`MAX_PAYLOAD`]) written by `write`.
-    pub(crate) fn alloc(
-        &self,
-        len: usize,
-        write: impl FnOnce(&mut [u8]),
-    ) -> Result<ObjRef, AllocError> {
+    pub(crate) fn alloc(&self, len: usize, write: impl FnOnce(&mut [u8])) -> Result<ObjRef, Full> {
         debug_assert!(len <= MAX_PAYLOAD);
         let class = self.table.class_for(BACKPTR + len);
         let (idx, gen) = self.classes[class].alloc(&self.arena, &self.meta, len, write)?;
