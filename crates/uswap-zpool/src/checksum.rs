@@ -7,13 +7,14 @@
 //! input. A 32-bit sum misses a random corruption with probability 2^-32.
 //!
 //! Chosen against crc32c (crate crc32c, SSE4.2) by measurement on this project's VM
-//! (`cargo run --release -p uswap-zpool --example zpool_bench -- checksums`, one
-//! thread, 2 M calls, 3 rounds, generic x86-64 build, noisy shared machine):
+//! (`cargo run --release -p uswap-zpool --example zpool_bench -- checksums`: one
+//! thread, 2 M calls, 3 rounds; generic x86-64 build; two sittings on a noisy shared
+//! machine, so ranges). xxh3 was faster in every round:
 //!
 //! | input | xxh3 | crc32c |
 //! |---|---|---|
-//! | 4 KiB random page | 293–314 ns (13–14 GB/s) | 382–590 ns (7–11 GB/s) |
-//! | 1400 B (a typical compressed page) | 114–118 ns (12 GB/s) | 189–208 ns (7 GB/s) |
+//! | 4 KiB random page | 293–528 ns (8–14 GB/s) | 382–689 ns (6–11 GB/s) |
+//! | 1400 B (a typical compressed page) | 114–185 ns (8–12 GB/s) | 189–475 ns (3–7 GB/s) |
 
 /// Checksum of `bytes`.
 #[inline]

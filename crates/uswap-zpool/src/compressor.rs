@@ -57,7 +57,7 @@ pub const DEFAULT_ZSTD_LEVEL: i32 = 1;
 
 thread_local! {
     static LZ4_TABLE: RefCell<lz4_flex::block::CompressTable> =
-        RefCell::new(lz4_flex::block::CompressTable::large());
+        RefCell::new(lz4_flex::block::CompressTable::small());
     static ZSTD_COMPRESSOR: RefCell<Option<(i32, zstd::bulk::Compressor<'static>)>> =
         const { RefCell::new(None) };
     static ZSTD_DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> =

@@ -31,7 +31,7 @@
 //! | `zsmalloc` | the object allocator: arena (mmap'd spans), size classes, zspages, per-class locks, compaction |
 //! | `slab` | generation-checked tables (handle tables, records) |
 //! | `stats` | [`ZpoolStats`]: counters and gauges |
-//! | `datagen` | [`DataKind`]: deterministic benchmark data (zeros, text, random, mixed ≈ 2.8:1 lz4) |
+//! | `datagen` | [`DataKind`]: deterministic benchmark data (zeros, text, random, mixed ≈ 2.65:1 lz4) |
 //!
 //! # Entries
 //! - A page that is **same-filled** (every u64 word equal) is kept as its word: in the
@@ -63,11 +63,31 @@
 //! # Costs on the hot path
 //! - `load` of a page: one shared lock, checksum of the stored bytes (~0.1 µs for a
 //!   typical 1.4 KiB), decompression into the caller's buffer; no allocation, no copy.
-//! - `store_page`: compression into a per-thread buffer, one exclusive class lock, one
-//!   copy into the object; allocation only when a table grows by a chunk or a class
-//!   needs a new zspage.
-//! - `store_unit`: one allocation (the unit's chunk list, ~2 KiB), a pooled scratch
-//!   buffer for the compressed chunks.
+//! - `store_page`: same-filled check, compression into a per-thread buffer and the
+//!   checksum, all before any lock; then one exclusive class lock for one copy into the
+//!   object. It allocates only when a table grows by a chunk or a class needs a new
+//!   zspage (then also `mmap`/touch of its pages).
+//! - `store_unit`: one allocation (the unit's chunk list, ~2 KiB) and a pooled ~2 MiB
+//!   scratch buffer for the compressed chunks (counted in the metadata and the limit;
+//!   two are kept, [`Zpool::release_unit_scratch`] frees them).
+//!
+//! # Memory the pool holds
+//! `pool_bytes` is the zspages, every page of which is resident (touched when handed
+//! out; `MADV_NOHUGEPAGE` keeps 4 KiB frees real), so it equals what the kernel has
+//! mapped in the pool's arenas (the crate's tests check it against
+//! `/proc/self/pagemap`). `metadata_bytes` is every heap byte the pool holds (a test
+//! checks it against a counting allocator, byte for byte): handle and zspage tables
+//! (they grow and shrink in ~3–6 KiB chunks), zspage bitmaps, unit records, unit
+//! scratch, the class table. What it keeps after everything is freed: the empty class
+//! table (~60 KiB) and 8 bytes per freed zspage of address-reuse lists (the address
+//! space itself is reserved with `MAP_NORESERVE` in 64 MiB chunks and costs nothing).
+//! Not counted: each thread's compressor state (see `compressor`) and ~4 KiB page
+//! scratch, which belong to the calling threads.
+//!
+//! # Benchmark
+//! `cargo run --release -p uswap-zpool --example zpool_bench` (flags in
+//! `examples/zpool_bench.rs`): store and load throughput and p50/p99 latency per page
+//! and per unit, for each data kind and compressor, every byte checked.
 
 mod checksum;
 mod compressor;

@@ -70,6 +70,12 @@ fn check_percent(p: u32) -> Result<(), ConfigError> {
     }
 }
 
+// The engine's threads share one pool.
+const _: fn() = || {
+    fn shared<T: Send + Sync>() {}
+    shared::<Zpool>();
+};
+
 /// A pool of compressed pages and units in RAM. `Sync`: share it (`Arc`) between the
 /// threads that store, load, free and compact.
 pub struct Zpool {
@@ -215,14 +221,8 @@ impl Zpool {
                 Some(n) if n <= max => n,
                 _ => return Err(self.reject(Reject::PoorCompression)),
             };
-            let obj = self
-                .objects
-                .alloc(STORE_HEADER + n, |dst| {
-                    write_payload(dst, &scratch[..n], false)
-                })
-                .map_err(|_| self.reject(Reject::PoolFull))?;
-            Counters::add(&self.counters.compressed_bytes, n as u64);
-            Ok(obj)
+            self.store_object(&scratch[..n], false)
+                .map_err(|r| self.reject(r))
         })?;
         self.count_stored(false, false);
         Ok(Handle::object(obj))
@@ -379,6 +379,22 @@ impl Zpool {
         Ok(())
     }
 
+    /// Store `data` (compressed bytes, or raw) as one object behind its header; counts
+    /// it in `compressed_bytes`. The refusal is the caller's to count.
+    pub(crate) fn store_object(&self, data: &[u8], raw: bool) -> Result<ObjRef, Reject> {
+        // Checksummed before the class lock is taken: the lock covers only the copy.
+        let header = header(data, raw);
+        let obj = self
+            .objects
+            .alloc(STORE_HEADER + data.len(), |dst| {
+                dst[..STORE_HEADER].copy_from_slice(&header);
+                dst[STORE_HEADER..STORE_HEADER + data.len()].copy_from_slice(data);
+            })
+            .map_err(|_| Reject::PoolFull)?;
+        Counters::add(&self.counters.compressed_bytes, data.len() as u64);
+        Ok(obj)
+    }
+
     /// Free one object, taking its stored bytes off `compressed_bytes`.
     pub(crate) fn free_object(&self, obj: ObjRef) -> Option<()> {
         let len = self.objects.free(obj, |payload| {
@@ -400,13 +416,14 @@ impl Zpool {
     }
 }
 
-/// Write the store header and `data` into an object's payload.
-pub(crate) fn write_payload(dst: &mut [u8], data: &[u8], raw: bool) {
+/// The store header of `data`.
+fn header(data: &[u8], raw: bool) -> [u8; STORE_HEADER] {
     debug_assert!(data.len() < RAW as usize);
-    dst[..4].copy_from_slice(&checksum(data).to_le_bytes());
     let len = data.len() as u16 | if raw { RAW } else { 0 };
-    dst[4..6].copy_from_slice(&len.to_le_bytes());
-    dst[STORE_HEADER..STORE_HEADER + data.len()].copy_from_slice(data);
+    let mut h = [0u8; STORE_HEADER];
+    h[..4].copy_from_slice(&checksum(data).to_le_bytes());
+    h[4..].copy_from_slice(&len.to_le_bytes());
+    h
 }
 
 /// (checksum, length, raw) from a payload's header.

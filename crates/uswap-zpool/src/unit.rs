@@ -16,7 +16,7 @@
 
 use crate::error::{Error, Reject};
 use crate::handle::Handle;
-use crate::pool::{write_payload, Zpool, STORE_HEADER};
+use crate::pool::{Zpool, STORE_HEADER};
 use crate::records::{Chunk, Record};
 use crate::same_filled::{fill, same_filled};
 use crate::stats::Counters;
@@ -149,8 +149,12 @@ impl Zpool {
         for (i, p) in plan.iter().enumerate() {
             let stored = match *p {
                 Plan::SameFilled(pattern) => Ok(Chunk::SameFilled(pattern)),
-                Plan::Compressed { at, len } => self.store_chunk(&buf[at..at + len], false),
-                Plan::Raw => self.store_chunk(&unit[chunk_range(i)], true),
+                Plan::Compressed { at, len } => self
+                    .store_object(&buf[at..at + len], false)
+                    .map(Chunk::Object),
+                Plan::Raw => self
+                    .store_object(&unit[chunk_range(i)], true)
+                    .map(Chunk::Object),
             };
             match stored {
                 Ok(c) => chunks.push(c),
@@ -171,17 +175,6 @@ impl Zpool {
         Counters::add(&self.counters.stored_bytes, UNIT_SIZE as u64);
         Counters::add(&self.counters.stores, 1);
         Ok(handle)
-    }
-
-    fn store_chunk(&self, data: &[u8], raw: bool) -> Result<Chunk, Reject> {
-        let obj = self
-            .objects
-            .alloc(STORE_HEADER + data.len(), |dst| {
-                write_payload(dst, data, raw)
-            })
-            .map_err(|_| Reject::PoolFull)?;
-        Counters::add(&self.counters.compressed_bytes, data.len() as u64);
-        Ok(Chunk::Object(obj))
     }
 
     /// Free the objects of a unit's chunks.

@@ -43,7 +43,7 @@ fn worker(pool: &Zpool, id: u64, ops: u64, loaded: &AtomicU64) {
         DataKind::Zeros,
         DataKind::Mixed,
     ];
-    let mut rng = 0x9e37_79b9 ^ (id + 1) * 0x1234_5678_9abc;
+    let mut rng = 0x9e37_79b9 ^ ((id + 1) * 0x1234_5678_9abc);
     let mut held: Vec<Held> = Vec::new();
     let mut page_buf = Box::new([0u8; PAGE_SIZE]);
     let mut unit_buf = unit_of(vec![0u8; UNIT_SIZE]);
@@ -52,7 +52,7 @@ fn worker(pool: &Zpool, id: u64, ops: u64, loaded: &AtomicU64) {
         match r % 10 {
             // Store (more often while few are held).
             0..=3 if held.len() < 3000 => {
-                let unit = r % 97 == 0;
+                let unit = r.is_multiple_of(97);
                 let kind = kinds[(r >> 8) as usize % kinds.len()];
                 let h = Held {
                     handle: Handle::from_raw(1 << 40).unwrap(), // set below once stored
