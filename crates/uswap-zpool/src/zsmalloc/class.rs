@@ -6,7 +6,7 @@
 
 use super::arena::{Arena, Span};
 use super::size_class::{Geometry, MAX_OBJECT};
-use super::zspage::{bitmap_words, ZsPage, FULL, GROUPS};
+use super::zspage::{bitmap_heap_bytes, ZsPage, FULL, GROUPS};
 use super::Metadata;
 use crate::slab::Slab;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -300,7 +300,7 @@ impl ClassState {
         let lists: usize = self.groups.iter().map(Vec::capacity).sum();
         (self.handles.heap_bytes()
             + self.zspages.heap_bytes()
-            + self.live as usize * bitmap_words(geom) * std::mem::size_of::<u64>()
+            + self.live as usize * bitmap_heap_bytes(geom)
             + lists * std::mem::size_of::<u32>()) as u64
     }
 

@@ -21,7 +21,30 @@ pub(crate) struct ZsPage {
     /// Position in its group's list (meaningless when full).
     pub(crate) pos: usize,
     /// One bit per slot, set when in use.
-    used: Box<[u64]>,
+    used: Bitmap,
+}
+
+/// The in-use bits: in the zspage itself for up to 64 slots (every class from 512
+/// bytes up: no allocation per zspage), else on the heap.
+enum Bitmap {
+    One(u64),
+    Many(Box<[u64]>),
+}
+
+impl Bitmap {
+    fn words(&self) -> &[u64] {
+        match self {
+            Bitmap::One(w) => std::slice::from_ref(w),
+            Bitmap::Many(ws) => ws,
+        }
+    }
+
+    fn words_mut(&mut self) -> &mut [u64] {
+        match self {
+            Bitmap::One(w) => std::slice::from_mut(w),
+            Bitmap::Many(ws) => ws,
+        }
+    }
 }
 
 impl ZsPage {
@@ -31,13 +54,16 @@ impl ZsPage {
             inuse: 0,
             group: 0,
             pos: 0,
-            used: vec![0; bitmap_words(geom)].into_boxed_slice(),
+            used: match bitmap_words(geom) {
+                1 => Bitmap::One(0),
+                n => Bitmap::Many(vec![0; n].into_boxed_slice()),
+            },
         }
     }
 
     /// Take the lowest free slot (the caller knows there is one).
     pub(crate) fn take_slot(&mut self) -> usize {
-        for (w, word) in self.used.iter_mut().enumerate() {
+        for (w, word) in self.used.words_mut().iter_mut().enumerate() {
             if *word != u64::MAX {
                 let bit = word.trailing_ones() as usize;
                 *word |= 1 << bit;
@@ -50,12 +76,12 @@ impl ZsPage {
 
     pub(crate) fn release_slot(&mut self, slot: usize) {
         debug_assert!(self.is_used(slot));
-        self.used[slot / 64] &= !(1 << (slot % 64));
+        self.used.words_mut()[slot / 64] &= !(1 << (slot % 64));
         self.inuse -= 1;
     }
 
     pub(crate) fn is_used(&self, slot: usize) -> bool {
-        self.used[slot / 64] & (1 << (slot % 64)) != 0
+        self.used.words()[slot / 64] & (1 << (slot % 64)) != 0
     }
 
     /// The bytes of `slot`.
@@ -78,6 +104,14 @@ impl ZsPage {
 }
 
 /// Words of the in-use bitmap for a zspage of `geom`.
-pub(crate) fn bitmap_words(geom: &Geometry) -> usize {
+fn bitmap_words(geom: &Geometry) -> usize {
     geom.objs.div_ceil(64)
+}
+
+/// Heap bytes of one zspage's bitmap (0 when it fits inline).
+pub(crate) fn bitmap_heap_bytes(geom: &Geometry) -> usize {
+    match bitmap_words(geom) {
+        1 => 0,
+        n => n * std::mem::size_of::<u64>(),
+    }
 }
