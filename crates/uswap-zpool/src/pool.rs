@@ -246,7 +246,8 @@ impl Zpool {
         Ok(handle)
     }
 
-    fn count_stored(&self, unit: bool, same: bool) {
+    /// Count a stored entry (a unit or a page; same-filled or not).
+    pub(crate) fn count_stored(&self, unit: bool, same: bool) {
         let c = &self.counters;
         let (entries, same_entries, bytes) = if unit {
             (&c.stored_units, &c.same_filled_units, crate::UNIT_SIZE)
@@ -261,6 +262,7 @@ impl Zpool {
         Counters::add(&c.stores, 1);
     }
 
+    /// Count a freed entry.
     fn count_freed(&self, unit: bool, same: bool) {
         let c = &self.counters;
         let (entries, same_entries, bytes) = if unit {

@@ -19,7 +19,6 @@ use crate::handle::Handle;
 use crate::pool::{Zpool, STORE_HEADER};
 use crate::records::{Chunk, Record};
 use crate::same_filled::{fill, same_filled};
-use crate::stats::Counters;
 #[cfg(test)]
 use crate::zsmalloc::ObjRef;
 use crate::zsmalloc::MAX_PAYLOAD;
@@ -171,9 +170,7 @@ impl Zpool {
             return Err(self.reject(Reject::PoolFull));
         };
         self.objects.meta.add(heap);
-        Counters::add(&self.counters.stored_units, 1);
-        Counters::add(&self.counters.stored_bytes, UNIT_SIZE as u64);
-        Counters::add(&self.counters.stores, 1);
+        self.count_stored(true, false);
         Ok(handle)
     }
 

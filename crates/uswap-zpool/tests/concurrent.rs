@@ -70,7 +70,9 @@ fn worker(pool: &Zpool, id: u64, ops: u64, loaded: &AtomicU64) {
                 match stored {
                     Ok(handle) => held.push(Held { handle, ..h }),
                     Err(Reject::PoorCompression) => assert_eq!(kind, DataKind::Mixed),
-                    Err(Reject::PoolFull) => panic!("no limit set, yet full"),
+                    Err(Reject::PoolFull) => {
+                        assert!(pool.limit() != u64::MAX, "full without a limit")
+                    }
                 }
             }
             // Load one held entry and check every byte.
@@ -106,10 +108,11 @@ fn worker(pool: &Zpool, id: u64, ops: u64, loaded: &AtomicU64) {
     }
 }
 
-fn run(compressor: Compressor, workers: u64, ops: u64) {
+fn run(compressor: Compressor, workers: u64, ops: u64, limit_bytes: u64) {
     let pool = Arc::new(
         Zpool::new(Config {
             compressor,
+            limit_bytes,
             ..Config::default()
         })
         .unwrap(),
@@ -123,9 +126,15 @@ fn run(compressor: Compressor, workers: u64, ops: u64) {
             let mut freed = 0;
             while !done.load(Ordering::Relaxed) {
                 freed += pool.compact();
-                let s = pool.stats();
-                assert!(s.pool_bytes >= s.object_bytes.min(s.pool_bytes));
-                std::thread::sleep(std::time::Duration::from_millis(2));
+                // The zspages never pass the limit, whatever the threads do at once.
+                for _ in 0..20 {
+                    let held = pool.pool_bytes();
+                    assert!(
+                        held <= limit_bytes,
+                        "{held} bytes held, limit {limit_bytes}"
+                    );
+                    std::thread::sleep(std::time::Duration::from_micros(100));
+                }
             }
             freed
         })
@@ -144,6 +153,9 @@ fn run(compressor: Compressor, workers: u64, ops: u64) {
     let s = pool.stats();
     assert!(loaded.load(Ordering::Relaxed) > workers * ops / 4);
     assert!(s.compactions > 0);
+    if limit_bytes != u64::MAX {
+        assert!(s.reject_pool_full > 0, "the limit never bit");
+    }
     println!("{compressor}: {s:?}, compaction freed {compacted} bytes");
     assert_eq!(
         (
@@ -168,10 +180,18 @@ fn run(compressor: Compressor, workers: u64, ops: u64) {
 
 #[test]
 fn threads_store_load_free_and_compact_at_once_lz4() {
-    with_deadline(240, || run(Compressor::Lz4, 4, 20_000));
+    with_deadline(240, || run(Compressor::Lz4, 4, 20_000, u64::MAX));
+}
+
+#[test]
+fn threads_at_the_limit_never_pass_it() {
+    // Four threads that would hold ~40 MiB in a pool limited to 8 MiB.
+    with_deadline(240, || run(Compressor::Lz4, 4, 12_000, 8 << 20));
 }
 
 #[test]
 fn threads_store_load_free_and_compact_at_once_zstd() {
-    with_deadline(240, || run(Compressor::Zstd { level: 1 }, 3, 8_000));
+    with_deadline(240, || {
+        run(Compressor::Zstd { level: 1 }, 3, 8_000, u64::MAX)
+    });
 }
