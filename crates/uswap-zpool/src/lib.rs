@@ -36,7 +36,7 @@
 //! # Entries
 //! - A page that is **same-filled** (every u64 word equal) is kept as its word: in the
 //!   handle itself when the word is a repeated 32-bit value (zeros, 0xff..), else in a
-//!   16-byte record. No object, no pool memory.
+//!   small record (one table entry). No object, no pool memory.
 //! - Any other page is compressed; if the result is over the accept threshold
 //!   ([`Config::max_compressed_percent`], default 80%) it is refused with
 //!   [`Reject::PoorCompression`] and the engine sends it to the next tier. Otherwise it
@@ -61,13 +61,14 @@
 //! lock); if it does, the load fails with an error but nothing unsafe happens.
 //!
 //! # Costs on the hot path
-//! - `load` of a page: one shared lock, checksum of the stored bytes (~0.1 µs for a
-//!   typical 1.4 KiB), decompression into the caller's buffer; no allocation, no copy.
+//! - `load` of a page: one shared lock, checksum of the stored bytes (~0.1–0.2 µs for
+//!   a typical 1.4 KiB), decompression into the caller's buffer; no allocation, no copy.
 //! - `store_page`: same-filled check, compression into a per-thread buffer and the
 //!   checksum, all before any lock; then one exclusive class lock for one copy into the
 //!   object. It allocates only when a table grows by a chunk or a class needs a new
 //!   zspage (then also `mmap`/touch of its pages).
-//! - `store_unit`: one allocation (the unit's chunk list, ~2 KiB) and a pooled ~2 MiB
+//! - `store_unit`: one allocation (the unit's chunk list, ~2 KiB; now and then also a
+//!   table chunk for its ~130 objects) and a pooled ~2 MiB
 //!   scratch buffer for the compressed chunks (counted in the metadata and the limit;
 //!   two are kept, [`Zpool::release_unit_scratch`] frees them).
 //!
