@@ -4,6 +4,9 @@
 //! which), everything else is exact, and cleanup leaves nothing (also after a panic or a
 //! SIGKILL). Needs root, /dev/fuse and loop devices: without them these tests FAIL.
 
+// Lists of byte ranges, often of one range, are what these tests compare.
+#![allow(clippy::single_range_in_vec_init)]
+
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::ops::Range;
