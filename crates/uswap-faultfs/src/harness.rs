@@ -417,17 +417,26 @@ impl RunOutcome {
     }
 }
 
-/// Run `cmd` (in its own process group) and wait at most `deadline`; then kill the
-/// group with SIGKILL and say so. Output is captured.
+/// Run `cmd` (in its own process group, killed if this thread dies) and wait at most
+/// `deadline`; then kill the group with SIGKILL and say so. Output is captured.
 pub fn run_with_deadline(cmd: &mut Command, deadline: Duration) -> RunOutcome {
     let started = Instant::now();
-    let mut child = cmd
-        .stdin(Stdio::null())
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .unwrap_or_else(|e| panic!("run {cmd:?}: {e}"));
+        .process_group(0);
+    // SAFETY: the closure runs between fork and exec and only makes one syscall. If this
+    // thread dies (the test process is killed), the program gets SIGKILL instead of
+    // spinning on a dead mount.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("run {cmd:?}: {e}"));
     let reader = |mut r: Box<dyn Read + Send>| {
         std::thread::spawn(move || {
             let mut v = Vec::new();

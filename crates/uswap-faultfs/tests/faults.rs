@@ -609,13 +609,12 @@ fn a_busy_mount_is_still_taken_down_and_the_problem_reported() {
 fn the_watchdog_aborts_a_mount_that_outlives_its_deadline() {
     let fm = FaultMount::start(Options {
         disk_size: 1 << 20,
-        watchdog: Some(Duration::from_millis(300)),
+        watchdog: Some(Duration::from_secs(2)),
         ..Options::default()
     })
     .unwrap_or_else(|e| panic!("{e}"));
     let dir = fm.dir().to_path_buf();
     let f = open_direct(&fm, Target::File);
-    pwrite(&f, 0, &pattern(13, PAGE)).unwrap();
     let t0 = Instant::now();
     loop {
         match pread(&f, 0, PAGE) {
@@ -685,4 +684,33 @@ fn a_sigkilled_server_is_swept_by_the_next_start() {
     assert_nothing_left(&dir, None);
     fm.close().unwrap();
     std::fs::remove_dir(&base).unwrap();
+}
+
+// ---- run_with_deadline ------------------------------------------------------------------
+
+#[test]
+fn run_with_deadline_captures_output_and_kills_a_program_past_its_deadline() {
+    use uswap_faultfs::run_with_deadline;
+    let out = run_with_deadline(
+        Command::new("sh").args(["-c", "echo out; echo err >&2; exit 3"]),
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        (out.code(), out.timed_out),
+        (Some(3), false),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(
+        (out.stdout.as_str(), out.stderr.as_str()),
+        ("out\n", "err\n")
+    );
+    // A hung program (and its children, one process group) is killed at the deadline.
+    let out = run_with_deadline(
+        Command::new("sh").args(["-c", "echo started; sleep 60 & wait"]),
+        Duration::from_secs(2),
+    );
+    assert!(out.timed_out && out.status.is_none(), "{}", out.describe());
+    assert_eq!(out.stdout, "started\n");
+    assert!(out.elapsed < Duration::from_secs(10), "{:?}", out.elapsed);
 }
