@@ -13,11 +13,21 @@ say() { printf '\n== %s\n' "$*"; }
 need_apt=()
 add_apt() { for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p"); done; }
 # add_apt PACKAGE... lines go here
+# uswap-faultfs (the FUSE + loop device fault tests): losetup. The FUSE mount is mount(2)
+# as root through the fuser crate: no libfuse, no fusermount.
+add_apt util-linux
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "installing Debian packages: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq "${need_apt[@]}"
+fi
+
+# FUSE and loop devices for the fault tests: load the modules where the kernel has them
+# as modules (the tests fail, saying why, where there are none).
+if command -v modprobe >/dev/null; then
+  [ -e /dev/fuse ] || modprobe fuse 2>/dev/null || true
+  [ -e /dev/loop-control ] || modprobe loop 2>/dev/null || true
 fi
 
 # --- Rust ------------------------------------------------------------------------------
