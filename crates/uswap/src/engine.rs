@@ -265,7 +265,7 @@ impl Diagnostics {
         if !self.said_over_budget.swap(true, Relaxed) {
             eprintln!(
                 "uswap: nothing can be reclaimed now (pages pinned, or writes refused): \
-                 going over the budget rather than stopping the program"
+                 going over budget rather than stopping the program"
             );
         }
     }

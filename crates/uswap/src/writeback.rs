@@ -75,7 +75,7 @@ fn refused(e: &Engine, err: i32) {
     w.blocked_until.store(w.now_ns() + ms * 1_000_000, Relaxed);
     if !w.said_blocked.swap(true, Relaxed) {
         eprintln!(
-            "uswap: the swap device refuses writes ({}): pages stay in RAM over the budget \
+            "uswap: the swap device refuses writes ({}): pages stay in RAM, over budget, \
              while it does; trying again in {} ms, then less and less often",
             std::io::Error::from_raw_os_error(err),
             ms
@@ -95,10 +95,12 @@ fn accepted(e: &Engine) {
     }
 }
 
-/// Slots of failed writes are never reused: a growable swap file grows by as many,
-/// so that every committed page keeps a place. False when it cannot (a fixed size or
-/// a device): pages without a slot then stay in RAM, over budget, said once.
-fn replace_bad_slots(e: &Engine) -> bool {
+/// Grow the slot space when allocation falls short: a growable swap file grows to
+/// back every committed page again, plus the slots lost to write errors (never
+/// reused), plus one unit. In a forked child this makes its own file on first need
+/// (its slots start past the parent's). False when it cannot (a fixed size or a
+/// device): pages without a slot then stay in RAM, over budget, said once.
+fn grow_slots(e: &Engine) -> bool {
     let bad = e.slots.bad_slots();
     let grown = e.tiers.file().fixed_size().is_none() && {
         let committed = e.regions.committed();
@@ -110,7 +112,7 @@ fn replace_bad_slots(e: &Engine) -> bool {
         e.slots.grow(e.tiers.capacity() / PAGE_SIZE as u64);
     } else if !e.writeback.said_full.swap(true, Relaxed) {
         eprintln!(
-            "uswap: swap full ({bad} slots lost to write errors): pages stay in RAM over budget"
+            "uswap: swap full ({bad} slots lost to write errors): pages stay in RAM, over budget"
         );
     }
     grown
@@ -137,7 +139,7 @@ pub(crate) fn write_pages(
     }
     let mut runs: Vec<SlotRun> = Vec::new();
     let mut got = e.slots.alloc(&mut ctx.cursor, pages.len(), &mut runs);
-    if got < pages.len() && replace_bad_slots(e) {
+    if got < pages.len() && grow_slots(e) {
         got += e.slots.alloc(&mut ctx.cursor, pages.len() - got, &mut runs);
     }
     let mut next = 0;
