@@ -10,6 +10,8 @@ import time
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.timeout(200)
+
 from conftest import MiB, uswap
 
 BUDGET = 32 * MiB
@@ -35,17 +37,33 @@ def first_bad(a, lo, hi, seed):
     return None
 
 
+def threads_of(pid):
+    """Each thread's name, state and wait channel, for the report of a hung child."""
+    out = []
+    for tid in sorted(os.listdir(f"/proc/{pid}/task")):
+        t = f"/proc/{pid}/task/{tid}"
+        try:
+            with open(f"{t}/comm") as c, open(f"{t}/stat") as st, open(f"{t}/wchan") as w:
+                out.append(f"{c.read().strip()} {st.read().rsplit(')', 1)[1].split()[0]} {w.read()}")
+        except OSError:
+            pass
+    return "; ".join(out)
+
+
 def wait_child(pid, deadline_s):
-    """waitpid with a deadline; the child is killed and the test fails past it."""
+    """waitpid with a deadline (below the test's timeout, so that the child never
+    outlives the test): past it the child is killed and the test fails."""
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             return os.waitstatus_to_exitcode(status)
         time.sleep(0.02)
+    threads = threads_of(pid)
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
-    pytest.fail(f"forked child still running after {deadline_s} s (hung?); killed")
+    pytest.fail(f"forked child still running after {deadline_s} s (hung?); killed. "
+                f"Its threads (name, state, wait channel): {threads}")
 
 
 def test_os_fork_parent_and_child_see_their_own_copy():
@@ -80,7 +98,7 @@ def test_os_fork_parent_and_child_see_their_own_copy():
         os.close(w)
         # The parent writes the other half meanwhile and must not see the child's writes.
         fill(a, half, N, 4)
-        code = wait_child(pid, 120)
+        code = wait_child(pid, 90)
         with os.fdopen(r) as f:
             child_says = f.read()
         assert code == 0 and child_says == "ok", (code, child_says)
@@ -112,7 +130,7 @@ def test_multiprocessing_fork_workers():
         SHARED = uswap.zeros(N, np.int64, pool=pool)
         fill(SHARED, 0, N, 9)
         with ctx.Pool(2) as workers:
-            res = workers.map_async(chunk_sum_then_scribble, range(N // CHUNK)).get(timeout=120)
+            res = workers.map_async(chunk_sum_then_scribble, range(N // CHUNK)).get(timeout=90)
         pids = {pid for _, _, pid in res}
         assert os.getpid() not in pids
         for k, s, _ in res:
