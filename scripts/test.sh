@@ -16,11 +16,44 @@ add_apt() { for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p"); 
 # uswap-faultfs (the FUSE + loop device fault tests): losetup. The FUSE mount is mount(2)
 # as root through the fuser crate: no libfuse, no fusermount.
 add_apt util-linux
+
+# Python 3.11+ with venv for the Python package (python/): the first interpreter that
+# fits; Debian's own python3 needs python3-venv for `-m venv`.
+find_python() {
+  for py in python3 python3.13 python3.12 python3.11; do
+    if command -v "$py" >/dev/null 2>&1 &&
+       "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+      echo "$py"; return 0
+    fi
+  done
+  return 1
+}
+PYTHON=$(find_python || true)
+if [ -z "$PYTHON" ]; then
+  add_apt python3 python3-venv
+elif ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then
+  add_apt python3-venv
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "installing Debian packages: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq "${need_apt[@]}"
+fi
+PYTHON=${PYTHON:-$(find_python)}
+
+# The Python test tools, in a virtualenv under target/ (no system site-packages touched).
+PY_VENV=target/py-venv
+if ! "$PY_VENV/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+  say "creating $PY_VENV with $PYTHON"
+  rm -rf "$PY_VENV"
+  "$PYTHON" -m venv "$PY_VENV"
+fi
+if ! "$PY_VENV/bin/python" -c 'import numpy, pytest, pytest_timeout' 2>/dev/null ||
+   ! [ -x "$PY_VENV/bin/maturin" ]; then
+  say "installing maturin, numpy, pytest, pytest-timeout into $PY_VENV"
+  "$PY_VENV/bin/python" -m pip install -q --disable-pip-version-check \
+    'maturin>=1.5,<2' numpy pytest pytest-timeout
 fi
 
 # FUSE and loop devices for the fault tests: load the modules where the kernel has them
@@ -33,3 +66,14 @@ fi
 # --- Rust ------------------------------------------------------------------------------
 say "cargo test --workspace --release"
 cargo test --workspace --release
+
+# --- Python ----------------------------------------------------------------------------
+# Build the package from python/ (maturin, the same as `pip install ./python`; the maturin
+# of the venv instead of a fresh isolated one) and run its tests from the repository root,
+# where python/uswap, the sources, cannot shadow the installed package. pytest exits
+# non-zero on any failure and when it collects no test.
+say "pip install ./python (the uswap Python package)"
+PATH="$PWD/$PY_VENV/bin:$PATH" "$PY_VENV/bin/python" -m pip install -q --disable-pip-version-check \
+  --no-build-isolation --force-reinstall --no-deps ./python
+say "pytest python/tests"
+"$PY_VENV/bin/python" -m pytest -p no:cacheprovider python/tests

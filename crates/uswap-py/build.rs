@@ -1,0 +1,56 @@
+//! With the `bundle-preload` feature (turned on by maturin, python/pyproject.toml):
+//! build `libuswap_preload.so` (crates/uswap-preload) and hand its path to the crate,
+//! which embeds it, so that `python -m uswap run` works from the installed wheel alone.
+//!
+//! It runs a second cargo on the same workspace with its own target directory (the
+//! outer cargo holds a lock on the usual one) under OUT_DIR, stripped of debug info.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    if std::env::var_os("CARGO_FEATURE_BUNDLE_PRELOAD").is_none() {
+        return;
+    }
+    let manifest_dir =
+        PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+    let workspace = manifest_dir.join("../..");
+    for dep in ["crates/uswap/src", "crates/uswap-preload/src", "Cargo.lock"] {
+        println!("cargo:rerun-if-changed={}", workspace.join(dep).display());
+    }
+    let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets it"));
+    let target_dir = out_dir.join("preload-target");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.arg("build")
+        .arg("--release")
+        .arg("--locked")
+        .args(["-p", "uswap-preload"])
+        .arg("--manifest-path")
+        .arg(workspace.join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(&target_dir)
+        .env("CARGO_PROFILE_RELEASE_DEBUG", "0")
+        .env("CARGO_PROFILE_RELEASE_STRIP", "debuginfo")
+        // Lints and wrappers meant for the outer build (clippy) do not apply here.
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .env_remove("CARGO_TARGET_DIR");
+    let target = std::env::var("TARGET").expect("cargo sets it");
+    let host = std::env::var("HOST").expect("cargo sets it");
+    let mut built = target_dir.clone();
+    if target != host {
+        cmd.args(["--target", &target]);
+        built.push(&target);
+    }
+    let built = built.join("release/libuswap_preload.so");
+    let status = cmd
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run cargo to build libuswap_preload.so: {e}"));
+    assert!(
+        status.success(),
+        "building libuswap_preload.so failed ({status})"
+    );
+    assert!(built.is_file(), "{} was not built", built.display());
+    println!("cargo:rustc-env=USWAP_PRELOAD_SO={}", built.display());
+}
