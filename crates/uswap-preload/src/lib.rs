@@ -8,19 +8,28 @@
 //!   is needed because glibc's malloc maps its big blocks with an internal `__mmap` that
 //!   no LD_PRELOAD library can interpose; smaller blocks go to glibc's `__libc_*`;
 //! - `mmap`/`mmap64` of anonymous private read-write memory (or private /dev/zero) of at
-//!   least the threshold, and `munmap`, `mremap`, `madvise` on what was handed out.
+//!   least the threshold, and `munmap`, `mremap`, `madvise`, `mprotect` on what was
+//!   handed out;
+//! - reservations: PROT_NONE anonymous mappings of at least the threshold are recorded
+//!   and the parts the program commits (mprotect, mmap MAP_FIXED) become uswap memory
+//!   (`resv`);
+//! - mid-size blocks are extents of a few large uswap areas, and the small blocks of
+//!   threads other than the main one come from uswap-backed arenas (`heap`).
 //!
 //! Reentrancy: the engine itself allocates and maps memory and runs its own threads.
 //! A thread-local guard is set around every call into the engine and every use of the
 //! table; with it set, or on an engine thread (`uswap-fault-N`, `uswap-reclaim`),
 //! everything goes straight to glibc or the kernel.
 
+mod heap;
+mod resv;
 mod sys;
 mod table;
 
 use libc::{c_int, c_void, off_t, size_t};
 use std::cell::Cell;
 use std::path::PathBuf;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 use uswap::{Pool, Region, UnitPolicy};
@@ -31,6 +40,8 @@ const UNIT: usize = 2 << 20;
 static STATE: AtomicU8 = AtomicU8::new(0);
 static THRESHOLD: AtomicUsize = AtomicUsize::new(1 << 20);
 static FALLBACKS: AtomicUsize = AtomicUsize::new(0);
+/// Whether threads other than the main one take their small blocks from uswap arenas.
+static THREAD_ARENAS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
 struct Config {
     budget: u64,
@@ -39,6 +50,7 @@ struct Config {
     threshold: usize,
     stats: Option<String>,
     root_pid: Option<i32>,
+    thread_arenas: bool,
 }
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
@@ -117,6 +129,11 @@ fn read_config() -> Result<Config, String> {
         root_pid: std::env::var("USWAP_ROOT_PID")
             .ok()
             .and_then(|s| s.parse().ok()),
+        thread_arenas: match std::env::var("USWAP_THREAD_ARENAS").as_deref() {
+            Err(_) | Ok("") | Ok("1") | Ok("on") => true,
+            Ok("0") | Ok("off") => false,
+            Ok(o) => return Err(format!("USWAP_THREAD_ARENAS={o:?}: use on or off")),
+        },
     })
 }
 
@@ -131,6 +148,7 @@ extern "C" fn init() {
         }
     };
     THRESHOLD.store(cfg.threshold, Relaxed);
+    THREAD_ARENAS.store(cfg.thread_arenas, Relaxed);
     let stats = cfg.stats.is_some();
     let _ = CONFIG.set(cfg);
     // SAFETY: registers plain extern "C" handlers that live as long as the process.
@@ -175,8 +193,26 @@ fn pool() -> Option<&'static Pool> {
 /// A new region of at least `len` bytes, or None (the caller falls back to glibc or
 /// the kernel). Call with the guard set.
 fn new_region(len: usize) -> Option<Arc<Region>> {
+    make_region(len, None)
+}
+
+/// A new region at `addr` (2 MiB aligned) replacing an empty PROT_NONE reservation of
+/// ours or of the program's, or None (the range is left reserved PROT_NONE). Call
+/// with the guard set.
+fn new_region_at(addr: usize, len: usize) -> Option<Arc<Region>> {
+    make_region(len, Some(addr))
+}
+
+fn make_region(len: usize, at: Option<usize>) -> Option<Arc<Region>> {
     let pool = pool()?;
-    match std::panic::catch_unwind(|| pool.region(len as u64)) {
+    let made = std::panic::catch_unwind(|| match at {
+        // SAFETY: callers pass ranges that are empty reservations nothing else uses
+        // (the heap's span, or parts of the program's reservations it just
+        // committed and that were never committed before).
+        Some(a) => unsafe { pool.region_at(a as *mut u8, len as u64, Default::default()) },
+        None => pool.region(len as u64),
+    });
+    match made {
         Ok(Ok(r)) => Some(Arc::new(r)),
         Ok(Err(e)) => {
             if FALLBACKS.fetch_add(1, Relaxed) == 0 {
@@ -207,17 +243,20 @@ extern "C" fn fork_prepare() {
     FORK_INSIDE.with(|c| c.set(prev));
     let g = table::lock();
     FORK_LOCK.with(|l| *l.borrow_mut() = Some(g));
+    heap::fork_prepare();
     uswap::prepare_fork();
 }
 
 extern "C" fn fork_parent() {
     uswap::after_fork_parent();
+    heap::fork_done();
     FORK_LOCK.with(|l| l.borrow_mut().take());
     INSIDE.with(|c| c.set(FORK_INSIDE.with(|f| f.get())));
 }
 
 extern "C" fn fork_child() {
     uswap::after_fork_child();
+    heap::fork_done();
     FORK_LOCK.with(|l| l.borrow_mut().take());
     INSIDE.with(|c| c.set(FORK_INSIDE.with(|f| f.get())));
 }
@@ -256,6 +295,12 @@ extern "C" fn print_stats() {
             "mmap_regions": table::MMAP_REGIONS.load(Relaxed),
             "live_regions": table::LIVE_REGIONS.load(Relaxed),
             "peak_region_bytes": table::PEAK_LIVE_BYTES.load(Relaxed),
+            "heap_blocks": table::HEAP_BLOCKS.load(Relaxed),
+            "heap_slabs": heap::MID_SLABS.load(Relaxed),
+            "reservations": resv::RESERVATIONS.load(Relaxed),
+            "reservation_regions": table::RESERVATION_REGIONS.load(Relaxed),
+            "arena_slabs": heap::ARENA_SLABS.load(Relaxed),
+            "arena_bytes": heap::ARENA_BYTES.load(Relaxed),
             "fallbacks": FALLBACKS.load(Relaxed),
             "peak_used_bytes": counters.peak_used_bytes,
             "vm_hwm_bytes": vm_hwm(),
@@ -278,25 +323,69 @@ extern "C" fn print_stats() {
 
 // ---- malloc family ------------------------------------------------------------------
 
-/// A uswap-backed block of `size` bytes (zero-filled), or null.
+/// Whether this thread is the process's main thread (cached; after a fork, the
+/// forking thread keeps its answer, which only changes where its small blocks go).
+fn main_thread() -> bool {
+    thread_local! {
+        static MAIN: Cell<u8> = const { Cell::new(0) };
+    }
+    MAIN.with(|m| {
+        if m.get() == 0 {
+            // SAFETY: gettid and getpid have no preconditions.
+            let main = unsafe { libc::gettid() == libc::getpid() };
+            m.set(if main { 1 } else { 2 });
+        }
+        m.get() == 1
+    })
+}
+
+/// A uswap-backed block of `size` >= threshold bytes (zero-filled), or null: a
+/// mid-size extent, or a region of its own.
 fn big_alloc(size: usize) -> *mut c_void {
     let _g = enter();
+    if size < heap::MID_MAX {
+        let len = table::page_up(size);
+        if let Some((a, r)) = heap::mid_alloc(len) {
+            return table::insert_block(r, a, len, true, table::Kind::Malloc(size), len)
+                as *mut c_void;
+        }
+    }
     match new_region(size) {
-        Some(r) => table::insert(r, Some(size), usize::MAX) as *mut c_void,
+        Some(r) => table::insert(r, table::Kind::Malloc(size), usize::MAX) as *mut c_void,
         None => std::ptr::null_mut(),
     }
 }
 
-/// Whether `p` may be one of our blocks: they all start 2 MiB aligned.
-/// Engine threads never get here past `bypass`, so they never wait for the table lock
-/// (which the forking thread holds while the engine quiesces them).
+/// A small block from this thread's uswap arena (threads but the main one), or null.
+fn small_alloc(size: usize) -> *mut c_void {
+    if !THREAD_ARENAS.load(Relaxed) || bypass() || main_thread() {
+        return std::ptr::null_mut();
+    }
+    let _g = enter();
+    if pool().is_none() {
+        return std::ptr::null_mut();
+    }
+    heap::arena_alloc(size).map_or(std::ptr::null_mut(), |p| p.as_ptr().cast())
+}
+
+/// Whether `p` may be one of our table blocks: regions start 2 MiB aligned, mid-size
+/// blocks lie in the heap span. Engine threads never get here past `bypass`, so they
+/// never wait for the table lock (which the forking thread holds while the engine
+/// quiesces them).
 fn maybe_ours(p: *mut c_void) -> bool {
     let a = p as usize;
-    a != 0 && a & (UNIT - 1) == 0 && table::may_overlap(a, a + 1) && !bypass()
+    a != 0 && (a & (UNIT - 1) == 0 || heap::in_mid(a)) && table::may_overlap(a, a + 1) && !bypass()
 }
 
 /// Drop our block at `p`; false when it is not ours.
 fn free_ours(p: *mut c_void) -> bool {
+    if let Some(idx) = heap::arena_of(p as usize) {
+        let _g = enter();
+        // SAFETY: a block in arena `idx`'s part of the span is one of its blocks (the
+        // free contract: `p` is live).
+        unsafe { heap::arena_free(idx, NonNull::new_unchecked(p.cast())) };
+        return true;
+    }
     if !maybe_ours(p) {
         return false;
     }
@@ -314,13 +403,20 @@ fn free_ours(p: *mut c_void) -> bool {
 /// The C `malloc` contract.
 #[no_mangle]
 pub unsafe extern "C" fn malloc(size: size_t) -> *mut c_void {
-    if size >= threshold() && !bypass() {
-        let p = big_alloc(size);
-        if !p.is_null() {
-            return p;
+    let p = if size >= threshold() {
+        if bypass() {
+            std::ptr::null_mut()
+        } else {
+            big_alloc(size)
         }
+    } else {
+        small_alloc(size)
+    };
+    if p.is_null() {
+        sys::malloc(size)
+    } else {
+        p
     }
-    sys::malloc(size)
 }
 
 /// # Safety
@@ -329,9 +425,16 @@ pub unsafe extern "C" fn malloc(size: size_t) -> *mut c_void {
 pub unsafe extern "C" fn calloc(nmemb: size_t, size: size_t) -> *mut c_void {
     if let Some(total) = nmemb.checked_mul(size) {
         if total >= threshold() && !bypass() {
-            // A fresh region reads as zeros: nothing to clear.
+            // A fresh block reads as zeros: nothing to clear.
             let p = big_alloc(total);
             if !p.is_null() {
+                return p;
+            }
+        } else if total < threshold() {
+            let p = small_alloc(total);
+            if !p.is_null() {
+                // SAFETY: a fresh arena block of `total` bytes (arena memory is reused).
+                unsafe { std::ptr::write_bytes(p.cast::<u8>(), 0, total) };
                 return p;
             }
         }
@@ -350,6 +453,27 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
     unsafe { sys::free(p) }
 }
 
+/// Usable size of any block of ours: (usable bytes, table block (region, size)).
+enum Block {
+    Arena(usize, NonNull<u8>),
+    Table(Arc<Region>, usize),
+    Glibc,
+}
+
+fn block_of(p: *mut c_void) -> Block {
+    if let Some(idx) = heap::arena_of(p as usize) {
+        // SAFETY: non-null (checked by callers) pointer into an arena.
+        return Block::Arena(idx, unsafe { NonNull::new_unchecked(p.cast()) });
+    }
+    if maybe_ours(p) {
+        let _g = enter();
+        if let Some((r, size)) = table::block(p as usize) {
+            return Block::Table(r, size);
+        }
+    }
+    Block::Glibc
+}
+
 /// # Safety
 /// The C `realloc` contract.
 #[no_mangle]
@@ -358,56 +482,70 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: size_t) -> *mut c_void {
         // SAFETY: the malloc contract.
         return unsafe { malloc(size) };
     }
-    let ours = if maybe_ours(p) {
-        let _g = enter();
-        table::block(p as usize)
-    } else {
-        None
-    };
-    let Some((region, old_size)) = ours else {
-        // glibc's block.
-        if size >= threshold() && !bypass() {
-            let n = big_alloc(size);
-            if !n.is_null() {
-                // SAFETY: `p` is a live glibc block of at least its usable size; `n`
-                // holds `size` bytes; distinct allocations.
-                unsafe {
-                    sys::copy(n, p, sys::usable_size(p).min(size));
-                    sys::free(p);
-                }
-                return n;
-            }
-        }
-        // SAFETY: `p` is glibc's.
-        return unsafe { sys::realloc(p, size) };
-    };
     if size == 0 {
-        free_ours(p);
+        // SAFETY: the free contract (glibc frees and returns null too).
+        unsafe { free(p) };
         return std::ptr::null_mut();
     }
-    if size >= threshold() && size <= region.len() {
-        // In place: shrink throws the tail pages away.
-        let (keep, had) = (table::page_up(size), table::page_up(old_size));
-        let _g = enter();
-        if keep < had {
-            let _ = region.discard(keep, had - keep);
+    let old = match block_of(p) {
+        Block::Glibc => {
+            if size >= threshold() && !bypass() {
+                let n = big_alloc(size);
+                if !n.is_null() {
+                    // SAFETY: `p` is a live glibc block of at least its usable size; `n`
+                    // holds `size` bytes; distinct allocations.
+                    unsafe {
+                        sys::copy(n, p, sys::usable_size(p).min(size));
+                        sys::free(p);
+                    }
+                    return n;
+                }
+            }
+            // SAFETY: `p` is glibc's.
+            return unsafe { sys::realloc(p, size) };
         }
-        table::set_block_size(p as usize, size);
-        return p;
-    }
-    let n = if size >= threshold() && !bypass() {
-        big_alloc(size)
-    } else {
-        std::ptr::null_mut()
+        Block::Arena(idx, np) => {
+            if size < threshold() {
+                let _g = enter();
+                // SAFETY: `np` is a live block of arena `idx`.
+                if let Some(n) = unsafe { heap::arena_realloc(idx, np, size) } {
+                    return n.as_ptr().cast();
+                }
+            }
+            let _g = enter();
+            // SAFETY: as above.
+            unsafe { heap::arena_usable(idx, np) }
+        }
+        Block::Table(region, old_size) => {
+            let in_place = size >= threshold()
+                && if heap::in_mid(p as usize) {
+                    size <= table::page_up(old_size)
+                } else {
+                    size <= region.len()
+                };
+            if in_place {
+                // Shrink throws the tail pages away.
+                let (keep, had) = (table::page_up(size), table::page_up(old_size));
+                let _g = enter();
+                if keep < had {
+                    let off = p as usize - region.as_ptr() as usize;
+                    let _ = region.discard(off + keep, had - keep);
+                }
+                table::set_block_size(p as usize, size);
+                return p;
+            }
+            old_size
+        }
     };
-    let n = if n.is_null() { sys::malloc(size) } else { n };
+    // SAFETY: the malloc contract.
+    let n = unsafe { malloc(size) };
     if n.is_null() {
         return n;
     }
-    // SAFETY: both blocks are live and distinct; `n` holds `size` bytes, `p` `old_size`.
-    unsafe { sys::copy(n, p, old_size.min(size)) };
-    drop(region);
-    free_ours(p);
+    // SAFETY: both blocks are live and distinct; `n` holds `size` bytes, `p` `old`.
+    unsafe { sys::copy(n, p, old.min(size)) };
+    // SAFETY: `p` is a live block of ours or glibc's.
+    unsafe { free(p) };
     n
 }
 
@@ -425,9 +563,26 @@ pub unsafe extern "C" fn reallocarray(p: *mut c_void, nmemb: size_t, size: size_
     }
 }
 
-fn aligned_big(align: usize, size: usize) -> *mut c_void {
-    if size >= threshold() && align <= UNIT && align.is_power_of_two() && !bypass() {
+/// A block of ours with alignment `align`, or null (glibc's then).
+fn aligned_ours(align: usize, size: usize) -> *mut c_void {
+    if !align.is_power_of_two() {
+        return std::ptr::null_mut();
+    }
+    if size >= threshold() {
+        // Mid-size blocks are page aligned, regions 2 MiB aligned.
+        if align > UNIT || bypass() {
+            return std::ptr::null_mut();
+        }
+        if align > table::PAGE && size < heap::MID_MAX {
+            let _g = enter();
+            return match new_region(size) {
+                Some(r) => table::insert(r, table::Kind::Malloc(size), usize::MAX) as *mut c_void,
+                None => std::ptr::null_mut(),
+            };
+        }
         big_alloc(size)
+    } else if align <= heap::ARENA_ALIGN {
+        small_alloc(size)
     } else {
         std::ptr::null_mut()
     }
@@ -437,7 +592,7 @@ fn aligned_big(align: usize, size: usize) -> *mut c_void {
 /// The C `memalign` contract.
 #[no_mangle]
 pub unsafe extern "C" fn memalign(align: size_t, size: size_t) -> *mut c_void {
-    let p = aligned_big(align, size);
+    let p = aligned_ours(align, size);
     if p.is_null() {
         sys::memalign(align, size)
     } else {
@@ -464,7 +619,7 @@ pub unsafe extern "C" fn posix_memalign(
     if !align.is_power_of_two() || !align.is_multiple_of(std::mem::size_of::<*mut c_void>()) {
         return libc::EINVAL;
     }
-    let mut p = aligned_big(align, size);
+    let mut p = aligned_ours(align, size);
     if p.is_null() {
         p = sys::memalign(align, size);
         if p.is_null() && size != 0 {
@@ -480,7 +635,11 @@ pub unsafe extern "C" fn posix_memalign(
 /// The C `valloc` contract.
 #[no_mangle]
 pub unsafe extern "C" fn valloc(size: size_t) -> *mut c_void {
-    let p = aligned_big(table::PAGE, size);
+    let p = if size >= threshold() {
+        aligned_ours(table::PAGE, size)
+    } else {
+        std::ptr::null_mut()
+    };
     if p.is_null() {
         sys::valloc(size)
     } else {
@@ -492,7 +651,12 @@ pub unsafe extern "C" fn valloc(size: size_t) -> *mut c_void {
 /// The C `pvalloc` contract.
 #[no_mangle]
 pub unsafe extern "C" fn pvalloc(size: size_t) -> *mut c_void {
-    let p = aligned_big(table::PAGE, table::page_up(size));
+    let size = table::page_up(size);
+    let p = if size >= threshold() {
+        aligned_ours(table::PAGE, size)
+    } else {
+        std::ptr::null_mut()
+    };
     if p.is_null() {
         sys::pvalloc(size)
     } else {
@@ -507,14 +671,22 @@ pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> size_t {
     if p.is_null() {
         return 0;
     }
-    if maybe_ours(p) {
-        let _g = enter();
-        if let Some((r, _)) = table::block(p as usize) {
-            return r.len();
+    match block_of(p) {
+        Block::Arena(idx, np) => {
+            let _g = enter();
+            // SAFETY: a live block of arena `idx`.
+            unsafe { heap::arena_usable(idx, np) }
         }
+        Block::Table(r, size) => {
+            if heap::in_mid(p as usize) {
+                table::page_up(size)
+            } else {
+                r.len()
+            }
+        }
+        // SAFETY: not ours, so glibc's.
+        Block::Glibc => unsafe { sys::usable_size(p) },
     }
-    // SAFETY: not ours, so glibc's.
-    unsafe { sys::usable_size(p) }
 }
 
 // ---- mapping calls ------------------------------------------------------------------
@@ -526,13 +698,26 @@ const REFUSED_FLAGS: c_int = libc::MAP_FIXED
     | libc::MAP_HUGETLB
     | libc::MAP_32BIT
     | libc::MAP_SHARED;
+const RW: c_int = libc::PROT_READ | libc::PROT_WRITE;
 
-fn eligible(len: usize, prot: c_int, flags: c_int, fd: c_int) -> bool {
-    len >= threshold()
-        && prot == libc::PROT_READ | libc::PROT_WRITE
-        && flags & 0x0f == libc::MAP_PRIVATE
-        && flags & REFUSED_FLAGS == 0
+/// Anonymous (or /dev/zero) private memory.
+fn anon_private(flags: c_int, fd: c_int) -> bool {
+    flags & 0x0f == libc::MAP_PRIVATE
+        && flags & (libc::MAP_SHARED | libc::MAP_HUGETLB) == 0
         && (flags & libc::MAP_ANONYMOUS != 0 || sys::is_dev_zero(fd))
+}
+
+/// A new mapping that goes under uswap at once: read-write.
+fn eligible(len: usize, prot: c_int, flags: c_int, fd: c_int) -> bool {
+    len >= threshold() && prot == RW && anon_private(flags, fd) && flags & REFUSED_FLAGS == 0
+}
+
+/// A reservation: PROT_NONE, to be committed later.
+fn reservation(len: usize, prot: c_int, flags: c_int, fd: c_int) -> bool {
+    len >= threshold()
+        && prot == libc::PROT_NONE
+        && anon_private(flags, fd)
+        && flags & REFUSED_FLAGS == 0
 }
 
 fn gaps_result(gaps: &[(usize, usize)], f: impl Fn(usize, usize) -> c_int) -> c_int {
@@ -543,6 +728,54 @@ fn gaps_result(gaps: &[(usize, usize)], f: impl Fn(usize, usize) -> c_int) -> c_
         }
     }
     rc
+}
+
+/// Whether `[s, e)` may touch memory of ours or a reservation of the program's.
+fn may_touch(s: usize, e: usize) -> bool {
+    table::may_overlap(s, e) || resv::may_overlap(s, e)
+}
+
+/// The program commits `[s, e)` (read-write): the empty reservation chunks holding it
+/// become regions first, their parts outside `[s, e)` PROT_NONE as they were.
+fn commit(s: usize, e: usize) {
+    for (a, z) in resv::take_for_commit(s, e) {
+        match new_region_at(a, z - a) {
+            Some(r) => {
+                table::insert(r, table::Kind::Reservation, z - a);
+                if a < s {
+                    sys::mprotect(a, s - a, libc::PROT_NONE);
+                }
+                if z > e {
+                    sys::mprotect(e, z - e, libc::PROT_NONE);
+                }
+            }
+            None => resv::give_back(a, z),
+        }
+    }
+}
+
+/// mmap(MAP_FIXED) of anonymous private memory, read-write or PROT_NONE, over `[s, e)`
+/// that may be ours: our pieces stay ours (fresh: discarded, then protected as asked),
+/// the rest goes to the kernel.
+fn map_fixed_anon(s: usize, e: usize, prot: c_int, flags: c_int, fd: c_int, off: off_t) -> c_int {
+    if prot == RW {
+        commit(s, e);
+    }
+    let (plan, ours) = table::remap_fresh(s, e);
+    let gaps = plan.gaps.clone();
+    plan.finish();
+    for (a, z) in ours {
+        sys::mprotect(a, z - a, prot);
+    }
+    gaps_result(&gaps, |a, n| {
+        resv::taken(a, a + n);
+        let r = sys::mmap(a as *mut c_void, n, prot, flags, fd, off);
+        if r == libc::MAP_FAILED {
+            -1
+        } else {
+            0
+        }
+    })
 }
 
 /// # Safety
@@ -556,22 +789,46 @@ pub unsafe extern "C" fn mmap(
     fd: c_int,
     off: off_t,
 ) -> *mut c_void {
-    if STATE.load(Relaxed) == 1 {
-        if eligible(len, prot, flags, fd) {
-            if !bypass() {
-                let _g = enter();
-                if let Some(r) = new_region(len) {
-                    return table::insert(r, None, table::page_up(len)) as *mut c_void;
-                }
+    if STATE.load(Relaxed) != 1 || bypass() {
+        return sys::mmap(addr, len, prot, flags, fd, off);
+    }
+    let fixed = flags & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE) == libc::MAP_FIXED;
+    if eligible(len, prot, flags, fd) {
+        let _g = enter();
+        let plen = table::page_up(len);
+        if plen < heap::MID_MAX {
+            if let Some((a, r)) = heap::mid_alloc(plen) {
+                return table::insert_block(r, a, plen, true, table::Kind::Map, plen)
+                    as *mut c_void;
             }
-        } else if flags & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE) == libc::MAP_FIXED {
-            // A mapping placed over our memory: the engine gives that part up for good.
-            let s = addr as usize;
-            let e = s.saturating_add(table::page_up(len));
-            if s.is_multiple_of(table::PAGE) && table::may_overlap(s, e) && !bypass() {
-                let _g = enter();
-                table::unmap(s, e, true).finish();
+        }
+        if let Some(r) = new_region(len) {
+            return table::insert(r, table::Kind::Map, plen) as *mut c_void;
+        }
+    } else if reservation(len, prot, flags, fd) {
+        let p = sys::mmap(addr, len, prot, flags, fd, off);
+        if p != libc::MAP_FAILED {
+            let _g = enter();
+            resv::record(p as usize, p as usize + table::page_up(len));
+        }
+        return p;
+    } else if fixed {
+        let s = addr as usize;
+        let e = s.saturating_add(table::page_up(len));
+        if s.is_multiple_of(table::PAGE) && may_touch(s, e) {
+            let _g = enter();
+            if anon_private(flags, fd) && (prot == RW || prot == libc::PROT_NONE) {
+                // Commit or uncommit (a JVM does both so): ours stays ours.
+                return if map_fixed_anon(s, e, prot, flags, fd, off) == 0 {
+                    addr
+                } else {
+                    libc::MAP_FAILED
+                };
             }
+            // Another mapping placed over our memory: the engine gives that part up
+            // for good; and it is no empty reservation any more.
+            table::unmap(s, e, true).finish();
+            resv::taken(s, e);
         }
     }
     sys::mmap(addr, len, prot, flags, fd, off)
@@ -593,15 +850,45 @@ pub unsafe extern "C" fn mmap64(
 }
 
 /// # Safety
+/// The C `mprotect` contract.
+#[no_mangle]
+pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: size_t, prot: c_int) -> c_int {
+    let s = addr as usize;
+    let e = s.saturating_add(table::page_up(len));
+    if len == 0 || !s.is_multiple_of(table::PAGE) || !may_touch(s, e) || bypass() {
+        return sys::mprotect(s, len, prot);
+    }
+    let _g = enter();
+    if prot == RW {
+        commit(s, e);
+    }
+    let (live, holes, gaps) = table::live_parts(s, e);
+    let mut rc = gaps_result(&gaps, |a, n| {
+        if prot != libc::PROT_NONE {
+            resv::taken(a, a + n);
+        }
+        sys::mprotect(a, n, prot)
+    });
+    rc |= gaps_result(&live, |a, n| sys::mprotect(a, n, prot));
+    if !holes.is_empty() {
+        // Unmapped: the kernel's answer for unmapped memory.
+        sys::set_errno(libc::ENOMEM);
+        rc = -1;
+    }
+    rc
+}
+
+/// # Safety
 /// The C `munmap` contract.
 #[no_mangle]
 pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
     let s = addr as usize;
     let e = s.saturating_add(table::page_up(len));
-    if len == 0 || !s.is_multiple_of(table::PAGE) || !table::may_overlap(s, e) || bypass() {
+    if len == 0 || !s.is_multiple_of(table::PAGE) || !may_touch(s, e) || bypass() {
         return sys::munmap(addr, len);
     }
     let _g = enter();
+    resv::taken(s, e);
     let plan = table::unmap(s, e, false);
     let rc = gaps_result(&plan.gaps, |a, n| sys::munmap(a as *mut c_void, n));
     plan.finish();
@@ -622,8 +909,7 @@ pub unsafe extern "C" fn mremap(
 ) -> *mut c_void {
     let s = old as usize;
     let old_end = s.saturating_add(table::page_up(old_len));
-    if old_len == 0 || !s.is_multiple_of(table::PAGE) || !table::may_overlap(s, old_end) || bypass()
-    {
+    if old_len == 0 || !s.is_multiple_of(table::PAGE) || !may_touch(s, old_end) || bypass() {
         return sys::mremap(old, old_len, new_len, flags, new_addr);
     }
     let _g = enter();
@@ -634,6 +920,8 @@ pub unsafe extern "C" fn mremap(
     };
     let (base, room) = match table::remap_target(s, old_len, new_len) {
         table::Remap::NotOurs => {
+            // A reservation that moves or shrinks stops being one we follow.
+            resv::taken(s, old_end);
             if flags & libc::MREMAP_FIXED != 0 {
                 let t = new_addr as usize;
                 if table::may_overlap(t, t.saturating_add(new_len)) {
@@ -649,12 +937,15 @@ pub unsafe extern "C" fn mremap(
         return fail(libc::EINVAL);
     }
     if new_len <= old_len {
-        let plan = table::unmap(s + new_len, s + old_len, false);
-        plan.finish();
+        // The tail becomes a PROT_NONE hole: a stray access faults as after a real
+        // shrink.
+        table::unmap(s + new_len, s + old_len, false).finish();
         return old;
     }
     if room {
+        // Back from a hole (or never used): mapped read-write again.
         table::add_live(base, s + old_len, s + new_len);
+        sys::mprotect(s + old_len, new_len - old_len, RW);
         return old;
     }
     if flags & libc::MREMAP_MAYMOVE == 0 {
@@ -667,7 +958,7 @@ pub unsafe extern "C" fn mremap(
     // SAFETY: the old range is live memory of the program; the new region holds
     // `new_len` > `old_len` bytes; distinct mappings.
     unsafe { sys::copy(n, old, old_len) };
-    table::insert(r, None, new_len);
+    table::insert(r, table::Kind::Map, new_len);
     table::unmap(s, s + old_len, false).finish();
     n
 }

@@ -111,6 +111,12 @@ pub fn mremap(
     ret(unsafe { libc::syscall(libc::SYS_mremap, old, old_len, new_len, flags, new_addr) })
 }
 
+/// mprotect of `[addr, addr + len)`, by address (ranges of ours and the program's).
+pub fn mprotect(addr: usize, len: usize, prot: c_int) -> c_int {
+    // SAFETY: the raw mprotect system call; the kernel checks the range.
+    unsafe { libc::syscall(libc::SYS_mprotect, addr, len, prot) as c_int }
+}
+
 pub fn madvise(addr: *mut c_void, len: usize, advice: c_int) -> c_int {
     // SAFETY: the raw madvise system call with the caller's arguments.
     unsafe { libc::syscall(libc::SYS_madvise, addr, len, advice) as c_int }

@@ -257,6 +257,32 @@ pub(crate) fn map_aligned(len: usize) -> Result<usize> {
     Ok(aligned)
 }
 
+/// An anonymous private mapping of `len` bytes at `addr` (MAP_FIXED: it replaces what
+/// the caller had there). `addr` must be 2 MiB aligned.
+fn map_fixed(addr: usize, len: usize, prot: libc::c_int) -> Result<usize> {
+    if addr % UNIT_SIZE != 0 {
+        return Err(Error::InvalidRegionSize {
+            size: len as u64,
+            reason: format!("region address {addr:#x} is not 2 MiB aligned"),
+        });
+    }
+    // SAFETY: MAP_FIXED over a range the caller of `Pool::region_at` owns and gave us.
+    let p = unsafe {
+        libc::mmap(
+            addr as *mut libc::c_void,
+            len,
+            prot,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(Error::sys("mmap"));
+    }
+    Ok(p as usize)
+}
+
 pub(crate) fn unmap(addr: usize, len: usize) {
     // SAFETY: unmaps a range this engine mapped and no longer hands out.
     unsafe { libc::munmap(addr as *mut libc::c_void, len) };
@@ -736,10 +762,14 @@ impl Engine {
     }
 
     /// Map, register and account a new region.
+    /// `at`: map the region there (2 MiB aligned; the caller owns that range, an
+    /// empty reservation, which the region replaces and which is put back as a
+    /// PROT_NONE reservation if creation fails). None: anywhere.
     pub(crate) fn create_region(
         &self,
         size: u64,
         policy: RegionPolicy,
+        at: Option<usize>,
     ) -> Result<Arc<RegionInner>> {
         let _a = self.enter();
         if size == 0 {
@@ -781,11 +811,21 @@ impl Engine {
             }
         }
         self.slots.grow(self.swap().capacity() / PAGE_SIZE as u64);
-        let base = map_aligned(len)?;
+        let base = match at {
+            Some(a) => map_fixed(a, len, libc::PROT_READ | libc::PROT_WRITE)?,
+            None => map_aligned(len)?,
+        };
+        // Undo the region's mapping: give a fixed range back as the reservation it was.
+        let unmap_base = |base| match at {
+            Some(a) => {
+                let _ = map_fixed(a, len, libc::PROT_NONE);
+            }
+            None => unmap(base, len),
+        };
         let shadow = match map_aligned(len) {
             Ok(s) => s,
             Err(e) => {
-                unmap(base, len);
+                unmap_base(base);
                 return Err(e);
             }
         };
@@ -807,7 +847,8 @@ impl Engine {
             .register(base, len, REGISTER_MISSING | REGISTER_WP)
             .and_then(|_| self.uffd.register(shadow, len, REGISTER_WP));
         if let Err(source) = reg {
-            unmap(base, len);
+            let _ = self.uffd.unregister(base, len);
+            unmap_base(base);
             unmap(shadow, len);
             return Err(Error::Sys {
                 op: "UFFDIO_REGISTER",

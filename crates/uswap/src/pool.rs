@@ -207,11 +207,33 @@ impl Pool {
 
     /// A region with its own policies.
     pub fn region_with(&self, size: u64, opts: RegionOptions) -> Result<Region> {
+        self.make_region(size, opts, None)
+    }
+
+    /// A region placed at `addr` (2 MiB aligned), for callers that reserved address
+    /// space first and put uswap memory into it later (`uswap run` for a JVM heap, an
+    /// allocator's arena). The region replaces whatever was mapped at
+    /// `[addr, addr + size rounded up to 2 MiB)` (MAP_FIXED); if creation fails, that
+    /// range is left mapped PROT_NONE. Dropping the region unmaps the range.
+    ///
+    /// # Safety
+    /// The caller owns that range (an empty reservation of its own, e.g. a PROT_NONE
+    /// mapping) and nothing else uses it: its contents are lost.
+    pub unsafe fn region_at(
+        &self,
+        addr: *mut u8,
+        size: u64,
+        opts: RegionOptions,
+    ) -> Result<Region> {
+        self.make_region(size, opts, Some(addr as usize))
+    }
+
+    fn make_region(&self, size: u64, opts: RegionOptions, at: Option<usize>) -> Result<Region> {
         let policy = RegionPolicy {
             unit: opts.unit.unwrap_or(self.engine.cfg.unit),
             readahead: opts.readahead.unwrap_or(self.engine.cfg.readahead),
         };
-        let inner = self.engine.create_region(size, policy)?;
+        let inner = self.engine.create_region(size, policy, at)?;
         // Its page map counts against the budget: make room before handing it out.
         self.engine.commit_metadata(&inner);
         self.engine.add_user();

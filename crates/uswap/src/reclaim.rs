@@ -665,10 +665,15 @@ impl Engine {
         {
             return false;
         }
-        // SAFETY: both are live pages of this region's mappings; the source is present
-        // and write-protected (nobody changes it now), the shadow page is unused (the
-        // unit lock is held and the page is resident, so its shadow slot is empty).
-        unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, PAGE_SIZE) };
+        // The program may have made the page PROT_NONE (`uswap run` leaves unmapped
+        // holes and uncommitted parts of reservations so): a plain copy would fault
+        // in this thread, so read through /proc/self/mem, which ignores protection.
+        // Both are live pages of this region's mappings; the source is present and
+        // write-protected (nobody changes it now), the shadow page is unused (the unit
+        // lock is held and the page is resident, so its shadow slot is empty).
+        if !read_own_memory(src, dst, PAGE_SIZE) {
+            return false;
+        }
         self.dontneed(&[(src, PAGE_SIZE)]);
         true
     }
@@ -709,6 +714,19 @@ impl Engine {
             self.dontneed(&[(src, PAGE_SIZE)]);
         }
     }
+}
+
+/// Copy `len` bytes of this process's memory at `src` into `dst` (writable memory of
+/// ours) whatever the protection of `src`: a pread of /proc/self/mem.
+fn read_own_memory(src: usize, dst: usize, len: usize) -> bool {
+    use std::os::unix::fs::FileExt;
+    let Ok(f) = std::fs::File::open("/proc/self/mem") else {
+        return false;
+    };
+    // SAFETY: `dst` is `len` bytes of a live writable mapping of the engine's (the
+    // caller's contract); the slice lives only for this call.
+    let buf = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, len) };
+    matches!(f.read_at(buf, src as u64), Ok(n) if n == len)
 }
 
 /// Split sorted indices into runs of consecutive values.
