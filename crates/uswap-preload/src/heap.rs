@@ -154,6 +154,8 @@ pub fn mid_alloc(len: usize) -> Option<(usize, Arc<Region>)> {
                 return None;
             }
             let r = new_slab(at, slab_len)?;
+            // Free extents are inaccessible, as unmapped memory would be.
+            sys::mprotect(at, slab_len, libc::PROT_NONE);
             MID_SLABS.fetch_add(1, Relaxed);
             m.frontier = at + slab_len;
             m.slabs.insert(at, r);
@@ -166,14 +168,18 @@ pub fn mid_alloc(len: usize) -> Option<(usize, Arc<Region>)> {
         m.put(a + len, n - len);
     }
     let (_, r) = m.slab_of(a).expect("extent in a slab");
-    Some((a, r.clone()))
+    let r = r.clone();
+    drop(m);
+    sys::mprotect(a, len, libc::PROT_READ | libc::PROT_WRITE);
+    Some((a, r))
 }
 
-/// Give an extent back: its pages are discarded (freed, zeros again), its protection
-/// restored (the program may have unmapped parts of it), and it is free for reuse.
+/// Give an extent back: its pages are discarded (freed, zeros again), it becomes
+/// PROT_NONE (an access after munmap or free faults, as it would on glibc's unmapped
+/// blocks) and is free for reuse.
 pub fn mid_release(base: usize, len: usize, region: &Arc<Region>) {
     let _ = region.discard(base - region.as_ptr() as usize, len);
-    sys::mprotect(base, len, libc::PROT_READ | libc::PROT_WRITE);
+    sys::mprotect(base, len, libc::PROT_NONE);
     let mut m = lock(&MID);
     let (slab_lo, slab_hi) = match m.slab_of(base) {
         Some((b, r)) => (b, b + r.len()),

@@ -139,6 +139,14 @@ fn read_config() -> Result<Config, String> {
 
 extern "C" fn init() {
     let _g = enter();
+    // An executable `uswap run` found we could harm (a Go program maps and releases
+    // its heap with raw system calls): stay out of it; it has said why.
+    if let Some(skip) = std::env::var_os("USWAP_SKIP_EXE") {
+        if std::fs::read_link("/proc/self/exe").is_ok_and(|e| e.as_os_str() == skip) {
+            STATE.store(2, Relaxed);
+            return;
+        }
+    }
     let cfg = match read_config() {
         Ok(c) => c,
         Err(e) => {
@@ -261,10 +269,11 @@ extern "C" fn fork_child() {
     INSIDE.with(|c| c.set(FORK_INSIDE.with(|f| f.get())));
 }
 
-fn vm_hwm() -> u64 {
+/// A `kB` field of /proc/self/status, in bytes (0 if absent).
+fn status_bytes(field: &str) -> u64 {
     let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     s.lines()
-        .find(|l| l.starts_with("VmHWM:"))
+        .find(|l| l.starts_with(field))
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse::<u64>().ok())
         .map_or(0, |kb| kb * 1024)
@@ -283,6 +292,19 @@ extern "C" fn print_stats() {
     }
     let program = std::fs::read_to_string("/proc/self/comm").unwrap_or_default();
     let counters = pool.map(|p| p.counters()).unwrap_or_default();
+    // How much of the program's memory uswap held at exit: its RAM (resident pages
+    // and swap cache) and what it had swapped out, against the anonymous memory
+    // outside it (RssAnon counts uswap's RAM too).
+    let rss_anon = status_bytes("RssAnon:");
+    let uswap_ram = counters.resident_bytes + counters.cached_bytes;
+    let swapped = counters.slots_used * 4096;
+    let outside = rss_anon.saturating_sub(uswap_ram);
+    let held = counters.resident_bytes + swapped;
+    let share = if held + outside > 0 {
+        (held as f64 * 1000.0 / (held + outside) as f64).round() / 10.0
+    } else {
+        0.0
+    };
     let v = serde_json::json!({
         "uswap_stats": {
             "pid": me,
@@ -303,7 +325,12 @@ extern "C" fn print_stats() {
             "arena_bytes": heap::ARENA_BYTES.load(Relaxed),
             "fallbacks": FALLBACKS.load(Relaxed),
             "peak_used_bytes": counters.peak_used_bytes,
-            "vm_hwm_bytes": vm_hwm(),
+            "vm_hwm_bytes": status_bytes("VmHWM:"),
+            "rss_anon_bytes": rss_anon,
+            "uswap_resident_bytes": counters.resident_bytes,
+            "uswap_swapped_bytes": swapped,
+            "outside_uswap_bytes": outside,
+            "under_uswap_percent": share,
             "counters": counters,
         }
     });
