@@ -260,7 +260,7 @@ pub(crate) fn map_aligned(len: usize) -> Result<usize> {
 /// An anonymous private mapping of `len` bytes at `addr` (MAP_FIXED: it replaces what
 /// the caller had there). `addr` must be 2 MiB aligned.
 fn map_fixed(addr: usize, len: usize, prot: libc::c_int) -> Result<usize> {
-    if addr % UNIT_SIZE != 0 {
+    if !addr.is_multiple_of(UNIT_SIZE) {
         return Err(Error::InvalidRegionSize {
             size: len as u64,
             reason: format!("region address {addr:#x} is not 2 MiB aligned"),
