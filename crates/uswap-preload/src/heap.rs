@@ -20,7 +20,6 @@
 
 use crate::sys;
 use std::alloc::Layout;
-use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -230,23 +229,17 @@ const EMPTY_ARENA: Mutex<Arena> = Mutex::new(Arena {
 static ARENA: [Mutex<Arena>; ARENAS] = [EMPTY_ARENA; ARENAS];
 static NEXT_ARENA: AtomicUsize = AtomicUsize::new(0);
 
-thread_local! {
-    /// This thread's arena (usize::MAX: none yet).
-    static MY_ARENA: Cell<usize> = const { Cell::new(usize::MAX) };
-}
-
-fn my_arena() -> usize {
-    MY_ARENA.with(|c| {
-        if c.get() == usize::MAX {
-            c.set(NEXT_ARENA.fetch_add(1, Relaxed) % ARENAS);
-        }
-        c.get()
-    })
+/// The arena of a thread that has none yet: round robin.
+pub fn next_arena() -> usize {
+    NEXT_ARENA.fetch_add(1, Relaxed) % ARENAS
 }
 
 impl Arena {
-    /// Add a slab big enough for `need` bytes to the pool. False: no room.
+    /// Add a slab big enough for `need` bytes to the pool. False: no room. (With the
+    /// guard set: the engine's own allocations must not come back to this arena,
+    /// whose lock this thread holds.)
     fn grow(&mut self, idx: usize, need: usize) -> bool {
+        let _g = crate::enter();
         let Some(lo) = span() else { return false };
         let part = lo + MID_SPAN + idx * ARENA_SPAN;
         if self.frontier == 0 {
@@ -282,10 +275,9 @@ impl Arena {
     }
 }
 
-/// A block of `size` bytes from this thread's arena, or None.
-pub fn arena_alloc(size: usize) -> Option<NonNull<u8>> {
+/// A block of `size` bytes from arena `idx`, or None.
+pub fn arena_alloc(idx: usize, size: usize) -> Option<NonNull<u8>> {
     let layout = Layout::from_size_align(size.max(1), ARENA_ALIGN).ok()?;
-    let idx = my_arena();
     let mut a = lock(&ARENA[idx]);
     if let Some(p) = a.tlsf.allocate(layout) {
         return Some(p);

@@ -18,8 +18,8 @@
 //!
 //! Reentrancy: the engine itself allocates and maps memory and runs its own threads.
 //! A thread-local guard is set around every call into the engine and every use of the
-//! table; with it set, or on an engine thread (`uswap-fault-N`, `uswap-reclaim`),
-//! everything goes straight to glibc or the kernel.
+//! table; with it set, or on an engine thread (marked when started, see
+//! `pthread_create`), everything goes straight to glibc or the kernel.
 
 mod heap;
 mod resv;
@@ -57,8 +57,27 @@ static CONFIG: OnceLock<Config> = OnceLock::new();
 static POOL: OnceLock<Option<Pool>> = OnceLock::new();
 
 thread_local! {
-    static INSIDE: Cell<bool> = const { Cell::new(false) };
-    static ENGINE_THREAD: Cell<bool> = const { Cell::new(false) };
+    /// One thread-local for all per-thread state: each access to a thread-local of a
+    /// shared library is a call (`__tls_get_addr`), and small blocks come through here.
+    static T: ThreadState = const {
+        ThreadState {
+            inside: Cell::new(false),
+            engine: Cell::new(false),
+            main: Cell::new(0),
+            arena: Cell::new(usize::MAX),
+        }
+    };
+}
+
+struct ThreadState {
+    /// The "inside uswap" guard is set.
+    inside: Cell<bool>,
+    /// An engine thread.
+    engine: Cell<bool>,
+    /// 0: not known yet, 1: the main thread, 2: another.
+    main: Cell<u8>,
+    /// This thread's arena (usize::MAX: none yet).
+    arena: Cell<usize>,
 }
 
 /// The "inside uswap" guard: while one is alive on a thread, the interposed functions
@@ -66,30 +85,80 @@ thread_local! {
 struct Inside(bool);
 
 fn enter() -> Inside {
-    Inside(INSIDE.with(|c| c.replace(true)))
+    Inside(T.with(|t| t.inside.replace(true)))
 }
 
 impl Drop for Inside {
     fn drop(&mut self) {
-        INSIDE.with(|c| c.set(self.0));
+        T.with(|t| t.inside.set(self.0));
     }
 }
 
 /// Whether this call must bypass uswap: guard set, engine thread, or uswap off.
+/// Engine threads are marked from their first instruction (`pthread_create` below),
+/// so that none of their memory, not even a small block, is ever uswap memory (a fault
+/// thread touching memory that faults to itself would wait for itself forever).
 fn bypass() -> bool {
-    if STATE.load(Relaxed) != 1 || INSIDE.with(|c| c.get()) {
-        return true;
+    STATE.load(Relaxed) != 1 || T.with(|t| t.inside.get() || t.engine.get())
+}
+
+type StartFn = extern "C" fn(*mut c_void) -> *mut c_void;
+type PthreadCreateFn = unsafe extern "C" fn(
+    *mut libc::pthread_t,
+    *const libc::pthread_attr_t,
+    StartFn,
+    *mut c_void,
+) -> c_int;
+
+/// A thread the engine starts: its start routine, run with the engine mark set.
+struct EngineStart {
+    start: StartFn,
+    arg: *mut c_void,
+}
+
+extern "C" fn engine_thread_start(p: *mut c_void) -> *mut c_void {
+    T.with(|t| t.engine.set(true));
+    // SAFETY: `p` is the Box made by `pthread_create` below for this thread, used once.
+    let s = unsafe { Box::from_raw(p.cast::<EngineStart>()) };
+    (s.start)(s.arg)
+}
+
+/// # Safety
+/// The C `pthread_create` contract. Threads started from inside uswap (the engine's
+/// fault and reclaim threads, started while the guard is set, or by an engine thread)
+/// are marked as engine threads before their start routine runs.
+#[no_mangle]
+pub unsafe extern "C" fn pthread_create(
+    thread: *mut libc::pthread_t,
+    attr: *const libc::pthread_attr_t,
+    start: StartFn,
+    arg: *mut c_void,
+) -> c_int {
+    static REAL: OnceLock<Option<PthreadCreateFn>> = OnceLock::new();
+    let real = REAL.get_or_init(|| {
+        // SAFETY: dlsym with a NUL-terminated name; RTLD_NEXT skips this library; the
+        // symbol has pthread_create's C signature.
+        unsafe {
+            let p = libc::dlsym(libc::RTLD_NEXT, c"pthread_create".as_ptr());
+            (!p.is_null()).then(|| std::mem::transmute::<*mut c_void, PthreadCreateFn>(p))
+        }
+    });
+    let Some(real) = *real else {
+        return libc::EAGAIN;
+    };
+    let engine = T.with(|t| t.inside.get() || t.engine.get());
+    if !engine {
+        // SAFETY: the caller's contract.
+        return unsafe { real(thread, attr, start, arg) };
     }
-    if ENGINE_THREAD.with(|c| c.get()) {
-        return true;
+    let s = Box::into_raw(Box::new(EngineStart { start, arg }));
+    // SAFETY: the caller's contract; the new thread owns `s`.
+    let rc = unsafe { real(thread, attr, engine_thread_start, s.cast()) };
+    if rc != 0 {
+        // SAFETY: not started, so still ours.
+        drop(unsafe { Box::from_raw(s) });
     }
-    if sys::thread_name_starts_with(b"uswap-fault-")
-        || sys::thread_name_starts_with(b"uswap-reclaim")
-    {
-        ENGINE_THREAD.with(|c| c.set(true));
-        return true;
-    }
-    false
+    rc
 }
 
 fn threshold() -> usize {
@@ -247,7 +316,7 @@ thread_local! {
 }
 
 extern "C" fn fork_prepare() {
-    let prev = INSIDE.with(|c| c.replace(true));
+    let prev = T.with(|t| t.inside.replace(true));
     FORK_INSIDE.with(|c| c.set(prev));
     let g = table::lock();
     FORK_LOCK.with(|l| *l.borrow_mut() = Some(g));
@@ -259,14 +328,14 @@ extern "C" fn fork_parent() {
     uswap::after_fork_parent();
     heap::fork_done();
     FORK_LOCK.with(|l| l.borrow_mut().take());
-    INSIDE.with(|c| c.set(FORK_INSIDE.with(|f| f.get())));
+    T.with(|t| t.inside.set(FORK_INSIDE.with(|f| f.get())));
 }
 
 extern "C" fn fork_child() {
     uswap::after_fork_child();
     heap::fork_done();
     FORK_LOCK.with(|l| l.borrow_mut().take());
-    INSIDE.with(|c| c.set(FORK_INSIDE.with(|f| f.get())));
+    T.with(|t| t.inside.set(FORK_INSIDE.with(|f| f.get())));
 }
 
 /// A `kB` field of /proc/self/status, in bytes (0 if absent).
@@ -350,19 +419,30 @@ extern "C" fn print_stats() {
 
 // ---- malloc family ------------------------------------------------------------------
 
-/// Whether this thread is the process's main thread (cached; after a fork, the
-/// forking thread keeps its answer, which only changes where its small blocks go).
-fn main_thread() -> bool {
-    thread_local! {
-        static MAIN: Cell<u8> = const { Cell::new(0) };
+/// This thread's arena for its small blocks, or None: the main thread (glibc's main
+/// arena), an engine thread, inside uswap, arenas off or uswap off. One thread-local
+/// access. (After a fork, the forking thread keeps its answer, which only changes
+/// where its small blocks go.)
+fn small_arena() -> Option<usize> {
+    if STATE.load(Relaxed) != 1 || !THREAD_ARENAS.load(Relaxed) {
+        return None;
     }
-    MAIN.with(|m| {
-        if m.get() == 0 {
+    T.with(|t| {
+        if t.inside.get() || t.engine.get() {
+            return None;
+        }
+        if t.main.get() == 0 {
             // SAFETY: gettid and getpid have no preconditions.
             let main = unsafe { libc::gettid() == libc::getpid() };
-            m.set(if main { 1 } else { 2 });
+            t.main.set(if main { 1 } else { 2 });
         }
-        m.get() == 1
+        if t.main.get() == 1 {
+            return None;
+        }
+        if t.arena.get() == usize::MAX {
+            t.arena.set(heap::next_arena());
+        }
+        Some(t.arena.get())
     })
 }
 
@@ -385,14 +465,12 @@ fn big_alloc(size: usize) -> *mut c_void {
 
 /// A small block from this thread's uswap arena (threads but the main one), or null.
 fn small_alloc(size: usize) -> *mut c_void {
-    if !THREAD_ARENAS.load(Relaxed) || bypass() || main_thread() {
-        return std::ptr::null_mut();
+    match small_arena() {
+        Some(idx) => {
+            heap::arena_alloc(idx, size).map_or(std::ptr::null_mut(), |p| p.as_ptr().cast())
+        }
+        None => std::ptr::null_mut(),
     }
-    let _g = enter();
-    if pool().is_none() {
-        return std::ptr::null_mut();
-    }
-    heap::arena_alloc(size).map_or(std::ptr::null_mut(), |p| p.as_ptr().cast())
 }
 
 /// Whether `p` may be one of our table blocks: regions start 2 MiB aligned, mid-size
@@ -407,7 +485,6 @@ fn maybe_ours(p: *mut c_void) -> bool {
 /// Drop our block at `p`; false when it is not ours.
 fn free_ours(p: *mut c_void) -> bool {
     if let Some(idx) = heap::arena_of(p as usize) {
-        let _g = enter();
         // SAFETY: a block in arena `idx`'s part of the span is one of its blocks (the
         // free contract: `p` is live).
         unsafe { heap::arena_free(idx, NonNull::new_unchecked(p.cast())) };
@@ -533,13 +610,11 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: size_t) -> *mut c_void {
         }
         Block::Arena(idx, np) => {
             if size < threshold() {
-                let _g = enter();
                 // SAFETY: `np` is a live block of arena `idx`.
                 if let Some(n) = unsafe { heap::arena_realloc(idx, np, size) } {
                     return n.as_ptr().cast();
                 }
             }
-            let _g = enter();
             // SAFETY: as above.
             unsafe { heap::arena_usable(idx, np) }
         }
@@ -700,7 +775,6 @@ pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> size_t {
     }
     match block_of(p) {
         Block::Arena(idx, np) => {
-            let _g = enter();
             // SAFETY: a live block of arena `idx`.
             unsafe { heap::arena_usable(idx, np) }
         }

@@ -141,16 +141,6 @@ pub fn is_dev_zero(fd: c_int) -> bool {
     (st.st_mode & libc::S_IFMT) == libc::S_IFCHR && st.st_rdev == libc::makedev(1, 5)
 }
 
-/// This thread's name (PR_GET_NAME).
-pub fn thread_name_starts_with(prefix: &[u8]) -> bool {
-    let mut buf = [0u8; 17];
-    // SAFETY: PR_GET_NAME writes at most 16 bytes into the buffer.
-    if unsafe { libc::prctl(libc::PR_GET_NAME, buf.as_mut_ptr()) } != 0 {
-        return false;
-    }
-    buf.starts_with(prefix)
-}
-
 /// Write all of `bytes` to `fd`, ignoring errors.
 pub fn write_all(fd: c_int, mut bytes: &[u8]) {
     while !bytes.is_empty() {
