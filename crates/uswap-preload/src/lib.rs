@@ -306,6 +306,86 @@ fn make_region(len: usize, at: Option<usize>) -> Option<Arc<Region>> {
     }
 }
 
+// ---- engine threads and the program's memory -----------------------------------------
+//
+// An engine thread must never touch memory that can fault to the engine: it would wait
+// for itself. Its own allocations bypass uswap (`bypass`), but libc keeps global state
+// that its functions read on the engine's behalf: `strerror` (formatting an I/O error)
+// reads the locale and the environment, lazy symbol binding walks the link maps of
+// dlopen'd libraries. A JVM calls `setlocale` and `dlopen` on a thread other than the
+// main one, so that state would land in a uswap arena and be swapped out (seen: the
+// fault thread hung in `guess_category_value` under `strerror_r`). So the calls that
+// allocate such state run with the guard set (their memory is glibc's), and the
+// library binds its symbols at load (build.rs: -z now).
+
+/// Interpose a libc function so that it runs with the guard set.
+macro_rules! outside_uswap {
+    ($name:ident, $cname:literal, fn($($a:ident: $t:ty),*) -> $r:ty, $fail:expr) => {
+        /// # Safety
+        /// The C contract of the function of the same name.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> $r {
+            type F = unsafe extern "C" fn($($t),*) -> $r;
+            static REAL: OnceLock<Option<F>> = OnceLock::new();
+            let real = REAL.get_or_init(|| {
+                // SAFETY: dlsym with a NUL-terminated name; RTLD_NEXT skips this
+                // library; the symbol has the C signature declared here.
+                unsafe {
+                    let p = libc::dlsym(libc::RTLD_NEXT, $cname.as_ptr());
+                    (!p.is_null()).then(|| std::mem::transmute::<*mut c_void, F>(p))
+                }
+            });
+            let Some(real) = *real else {
+                sys::set_errno(libc::ENOSYS);
+                return $fail;
+            };
+            let _g = enter();
+            // SAFETY: the caller's contract.
+            unsafe { real($($a),*) }
+        }
+    };
+}
+
+use libc::c_char;
+outside_uswap!(
+    dlopen,
+    c"dlopen",
+    fn(file: *const c_char, mode: c_int) -> *mut c_void,
+    std::ptr::null_mut()
+);
+outside_uswap!(
+    dlmopen,
+    c"dlmopen",
+    fn(ns: libc::c_long, file: *const c_char, mode: c_int) -> *mut c_void,
+    std::ptr::null_mut()
+);
+outside_uswap!(
+    setlocale,
+    c"setlocale",
+    fn(cat: c_int, locale: *const c_char) -> *mut c_char,
+    std::ptr::null_mut()
+);
+outside_uswap!(
+    newlocale,
+    c"newlocale",
+    fn(mask: c_int, locale: *const c_char, base: libc::locale_t) -> libc::locale_t,
+    std::ptr::null_mut()
+);
+outside_uswap!(
+    duplocale,
+    c"duplocale",
+    fn(l: libc::locale_t) -> libc::locale_t,
+    std::ptr::null_mut()
+);
+outside_uswap!(
+    setenv,
+    c"setenv",
+    fn(name: *const c_char, value: *const c_char, over: c_int) -> c_int,
+    -1
+);
+outside_uswap!(putenv, c"putenv", fn(s: *mut c_char) -> c_int, -1);
+outside_uswap!(unsetenv, c"unsetenv", fn(name: *const c_char) -> c_int, -1);
+
 // ---- fork and exit ------------------------------------------------------------------
 
 thread_local! {
