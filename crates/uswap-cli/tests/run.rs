@@ -426,15 +426,22 @@ fn munmap_hole_and_mremap_shrink_fault_reservations_commit_in_pieces() {
     let p = prog.to_str().unwrap();
     let want = plain(&[p]);
     assert_ok(&want, "plain run");
-    let (out, stats) = under_uswap("16M", &[], &[p]);
-    assert_ok(&out, "under uswap");
-    assert_eq!(text(&out.stdout), "holes ok\n");
-    let s = stats.iter().find(|s| s["active"] == true).expect("stats");
-    assert!(stat_u64(s, "heap_blocks") >= 1, "no mid-size block: {s}");
-    assert!(
-        stat_u64(s, "reservation_regions") >= 1,
-        "reservation not under uswap: {s}"
-    );
+    // Every unit: whole-unit swap-in must cope with units split by PROT_NONE parts.
+    for unit in ["4k", "auto", "2m"] {
+        let (out, stats) = under_uswap("16M", &["--unit", unit], &[p]);
+        assert_ok(&out, &format!("under uswap, --unit {unit}"));
+        assert_eq!(text(&out.stdout), "holes ok\n", "--unit {unit}");
+        let s = stats.iter().find(|s| s["active"] == true).expect("stats");
+        assert!(stat_u64(s, "heap_blocks") >= 1, "no mid-size block: {s}");
+        assert!(
+            stat_u64(s, "reservation_regions") >= 1,
+            "reservation not under uswap: {s}"
+        );
+        assert!(
+            s["counters"]["pswpout"].as_u64().unwrap() > 0,
+            "nothing swapped: {s}"
+        );
+    }
 }
 
 #[test]

@@ -2,7 +2,8 @@
  * an mremap shrink, an access must get SIGSEGV, not zeros; the rest keeps its data.
  * Also a reservation (PROT_NONE) committed in pieces: uncommitted parts fault, committed
  * ones hold their data, an uncommit (mmap MAP_FIXED PROT_NONE) reads as zeros after a
- * recommit. Exits non-zero on any wrong byte or missing fault. */
+ * recommit; units whose protection is split while they are swapped out read back
+ * right. Exits non-zero on any wrong byte or missing fault. */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <signal.h>
@@ -75,6 +76,20 @@ int main(void) {
     CHECK(check(r, 40 * MB, 44 * MB, 7), "data after PROT_NONE and back");
     CHECK(munmap(r, R) == 0, "munmap reservation");
     CHECK(faults(r + 10 * MB, 0), "reservation readable after munmap");
+    /* Protection changed while swapped out: each 2 MiB unit is split into mappings of
+     * different protection, then read back (a whole-unit swap-in must not lose it). */
+    size_t S = 64 * MB;
+    char *a = mmap(NULL, S, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    char *b = mmap(NULL, S, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(a != MAP_FAILED && b != MAP_FAILED, "mmap");
+    fill(a, 0, S, 9);
+    fill(b, 0, S, 10); /* pushes a out under a small budget */
+    for (size_t u = 0; u < S; u += 2 * MB)
+        CHECK(mprotect(a + u + MB, 4096, PROT_READ) == 0, "mprotect read-only");
+    CHECK(check(a, 0, S, 9), "data of units split while swapped out");
+    CHECK(check(b, 0, S, 10), "data of the other mapping");
+    munmap(a, S);
+    munmap(b, S);
     printf("holes ok\n");
     return 0;
 }
