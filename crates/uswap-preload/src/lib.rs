@@ -251,7 +251,12 @@ fn pool() -> Option<&'static Pool> {
             b = b.swap_file(p);
         }
         match std::panic::catch_unwind(move || b.build()) {
-            Ok(Ok(p)) => Some(p),
+            Ok(Ok(p)) => {
+                if cfg.stats.is_some() {
+                    start_sampler();
+                }
+                Some(p)
+            }
             Ok(Err(e)) => {
                 eprint_line(&format!("cannot start uswap ({e}); running without it"));
                 STATE.store(2, Relaxed);
@@ -418,6 +423,39 @@ extern "C" fn fork_child() {
     T.with(|t| t.inside.set(FORK_INSIDE.with(|f| f.get())));
 }
 
+/// Peaks of what uswap held (resident + swapped) and of the anonymous memory outside
+/// it, sampled every 100 ms for --stats (at exit some programs have freed everything:
+/// Node tears its heap down first).
+static PEAK_HELD: AtomicUsize = AtomicUsize::new(0);
+static PEAK_OUTSIDE: AtomicUsize = AtomicUsize::new(0);
+
+/// (held, outside) now: uswap's resident and swapped bytes, and `RssAnon` minus uswap's
+/// RAM (resident and swap cache), which `RssAnon` counts too.
+fn coverage(c: &uswap::Counters) -> (u64, u64) {
+    let held = c.resident_bytes + c.slots_used * 4096;
+    let outside = status_bytes("RssAnon:").saturating_sub(c.resident_bytes + c.cached_bytes);
+    (held, outside)
+}
+
+fn sample_coverage() {
+    if let Some(p) = POOL.get().and_then(|p| p.as_ref()) {
+        let (held, outside) = coverage(&p.counters());
+        PEAK_HELD.fetch_max(held as usize, Relaxed);
+        PEAK_OUTSIDE.fetch_max(outside as usize, Relaxed);
+    }
+}
+
+/// The sampler: started from inside uswap, so it is an engine thread (never uswap
+/// memory); it only reads the engine's counters and /proc/self/status.
+fn start_sampler() {
+    let _ = std::thread::Builder::new()
+        .name("uswap-stats".into())
+        .spawn(|| loop {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            sample_coverage();
+        });
+}
+
 /// A `kB` field of /proc/self/status, in bytes (0 if absent).
 fn status_bytes(field: &str) -> u64 {
     let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -441,18 +479,19 @@ extern "C" fn print_stats() {
     }
     let program = std::fs::read_to_string("/proc/self/comm").unwrap_or_default();
     let counters = pool.map(|p| p.counters()).unwrap_or_default();
-    // How much of the program's memory uswap held at exit: its RAM (resident pages
-    // and swap cache) and what it had swapped out, against the anonymous memory
-    // outside it (RssAnon counts uswap's RAM too).
-    let rss_anon = status_bytes("RssAnon:");
-    let uswap_ram = counters.resident_bytes + counters.cached_bytes;
-    let swapped = counters.slots_used * 4096;
-    let outside = rss_anon.saturating_sub(uswap_ram);
-    let held = counters.resident_bytes + swapped;
-    let share = if held + outside > 0 {
-        (held as f64 * 1000.0 / (held + outside) as f64).round() / 10.0
-    } else {
-        0.0
+    // How much of the program's memory uswap held: at exit, and at the peaks sampled.
+    sample_coverage();
+    let (held, outside) = coverage(&counters);
+    let (peak_held, peak_outside) = (
+        PEAK_HELD.load(Relaxed) as u64,
+        PEAK_OUTSIDE.load(Relaxed) as u64,
+    );
+    let percent = |a: u64, b: u64| {
+        if a + b > 0 {
+            (a as f64 * 1000.0 / (a + b) as f64).round() / 10.0
+        } else {
+            0.0
+        }
     };
     let v = serde_json::json!({
         "uswap_stats": {
@@ -475,11 +514,14 @@ extern "C" fn print_stats() {
             "fallbacks": FALLBACKS.load(Relaxed),
             "peak_used_bytes": counters.peak_used_bytes,
             "vm_hwm_bytes": status_bytes("VmHWM:"),
-            "rss_anon_bytes": rss_anon,
+            "rss_anon_bytes": status_bytes("RssAnon:"),
             "uswap_resident_bytes": counters.resident_bytes,
-            "uswap_swapped_bytes": swapped,
+            "uswap_swapped_bytes": counters.slots_used * 4096,
             "outside_uswap_bytes": outside,
-            "under_uswap_percent": share,
+            "under_uswap_percent": percent(held, outside),
+            "peak_under_uswap_bytes": peak_held,
+            "peak_outside_uswap_bytes": peak_outside,
+            "peak_under_uswap_percent": percent(peak_held, peak_outside),
             "counters": counters,
         }
     });
