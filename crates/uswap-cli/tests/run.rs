@@ -525,6 +525,11 @@ fn jvm_heap_4x_the_budget_g1_and_parallel() {
             stat_u64(s, "reservation_regions") >= 1,
             "heap not under uswap: {s}"
         );
+        let share = s["peak_under_uswap_percent"].as_f64().unwrap();
+        assert!(
+            share >= 80.0,
+            "only {share}% of the JVM's memory under uswap: {s}"
+        );
         let hwm = stat_u64(s, "vm_hwm_bytes");
         eprintln!(
             "ran: java {gc}: JVM's own peak RSS (tiny heap, plain) {} MiB; under uswap with \
@@ -532,7 +537,7 @@ fn jvm_heap_4x_the_budget_g1_and_parallel() {
             own >> 20,
             hwm >> 20,
             budget >> 20,
-            s["under_uswap_percent"]
+            s["peak_under_uswap_percent"]
         );
         assert!(
             hwm <= budget + own,
@@ -559,6 +564,11 @@ fn node_1024_buffers_of_1m_from_a_few_areas() {
     assert!(
         s["counters"]["pswpout"].as_u64().unwrap() > 0,
         "nothing swapped: {s}"
+    );
+    let share = s["peak_under_uswap_percent"].as_f64().unwrap();
+    assert!(
+        share >= 80.0,
+        "only {share}% of node's memory under uswap: {s}"
     );
     // The buffers come from a few 64 MiB slabs, not a region each.
     assert!(stat_u64(s, "heap_slabs") <= 40, "{s}");
