@@ -20,6 +20,7 @@
 
 use crate::sys;
 use std::alloc::Layout;
+use std::cell::UnsafeCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -335,4 +336,106 @@ pub fn fork_prepare() {
 pub fn fork_done() {
     FORK_GUARDS.with(|g| g.borrow_mut().clear());
     FORK_MID.with(|m| m.borrow_mut().take());
+}
+
+// ---- per-thread cache of small arena blocks ----------------------------------------
+
+const CACHE_CLASSES: usize = 64;
+const CACHE_DEPTH: usize = 8;
+
+/// Freed arena blocks kept by the thread that freed them, by size class (16-byte steps
+/// up to 1 KiB, as glibc's tcache), so that most small `malloc`/`free` pairs take no
+/// lock and no TLSF work. A block in class `k` has at least `16 * (k + 1)` usable
+/// bytes. Flushed back to the arenas when the thread exits (`flush`).
+pub struct ThreadCache {
+    bins: UnsafeCell<[[*mut u8; CACHE_DEPTH]; CACHE_CLASSES]>,
+    counts: UnsafeCell<[u8; CACHE_CLASSES]>,
+    /// Whether the thread-exit flush is registered for this thread.
+    registered: std::cell::Cell<bool>,
+}
+
+impl ThreadCache {
+    pub const fn new() -> Self {
+        ThreadCache {
+            bins: UnsafeCell::new([[std::ptr::null_mut(); CACHE_DEPTH]; CACHE_CLASSES]),
+            counts: UnsafeCell::new([0; CACHE_CLASSES]),
+            registered: std::cell::Cell::new(false),
+        }
+    }
+
+    /// A cached block of at least `size` bytes.
+    pub fn take(&self, size: usize) -> Option<NonNull<u8>> {
+        let k = size.max(1).div_ceil(16) - 1;
+        if k >= CACHE_CLASSES {
+            return None;
+        }
+        // SAFETY: only this thread touches its cache, and not reentrantly (nothing
+        // here calls out).
+        let (bins, counts) = unsafe { (&mut *self.bins.get(), &mut *self.counts.get()) };
+        if counts[k] == 0 {
+            return None;
+        }
+        counts[k] -= 1;
+        NonNull::new(bins[k][counts[k] as usize])
+    }
+
+    /// Keep a freed block of arena `idx`; false: the cache has no room for it.
+    ///
+    /// # Safety
+    /// `p` is a live block of an arena, no longer used by the program.
+    pub unsafe fn keep(&self, p: NonNull<u8>) -> bool {
+        // SAFETY: the caller's contract: a live TLSF block, whose header precedes it.
+        let usable = unsafe { Tlsf::allocation_usable_size(p) };
+        let k = usable / 16;
+        if k == 0 || k > CACHE_CLASSES {
+            return false;
+        }
+        let k = k - 1;
+        // SAFETY: as in `take`.
+        let (bins, counts) = unsafe { (&mut *self.bins.get(), &mut *self.counts.get()) };
+        if counts[k] as usize == CACHE_DEPTH {
+            return false;
+        }
+        if !self.registered.replace(true) {
+            register_flush();
+        }
+        bins[k][counts[k] as usize] = p.as_ptr();
+        counts[k] += 1;
+        true
+    }
+
+    /// Give every cached block back to its arena.
+    pub fn flush(&self) {
+        // SAFETY: as in `take`.
+        let (bins, counts) = unsafe { (&mut *self.bins.get(), &mut *self.counts.get()) };
+        for k in 0..CACHE_CLASSES {
+            for &p in &bins[k][..counts[k] as usize] {
+                if let (Some(idx), Some(np)) = (arena_of(p as usize), NonNull::new(p)) {
+                    // SAFETY: a cached block is a live block of its arena.
+                    unsafe { arena_free(idx, np) };
+                }
+            }
+            counts[k] = 0;
+        }
+        self.registered.set(false);
+    }
+}
+
+/// A pthread key whose destructor flushes the exiting thread's cache.
+static FLUSH_KEY: std::sync::OnceLock<Option<libc::pthread_key_t>> = std::sync::OnceLock::new();
+
+extern "C" fn flush_at_thread_exit(_: *mut libc::c_void) {
+    crate::flush_thread_cache();
+}
+
+fn register_flush() {
+    let key = FLUSH_KEY.get_or_init(|| {
+        let mut k: libc::pthread_key_t = 0;
+        // SAFETY: creates a key with a plain extern "C" destructor.
+        (unsafe { libc::pthread_key_create(&mut k, Some(flush_at_thread_exit)) } == 0).then_some(k)
+    });
+    if let Some(k) = *key {
+        // SAFETY: a non-null value makes the destructor run at this thread's exit.
+        unsafe { libc::pthread_setspecific(k, NonNull::<u8>::dangling().as_ptr().cast()) };
+    }
 }

@@ -65,6 +65,7 @@ thread_local! {
             engine: Cell::new(false),
             main: Cell::new(0),
             arena: Cell::new(usize::MAX),
+            cache: heap::ThreadCache::new(),
         }
     };
 }
@@ -78,6 +79,13 @@ struct ThreadState {
     main: Cell<u8>,
     /// This thread's arena (usize::MAX: none yet).
     arena: Cell<usize>,
+    /// Small blocks this thread freed, for its next mallocs.
+    cache: heap::ThreadCache,
+}
+
+/// Give this thread's cached small blocks back to their arenas (at its exit).
+fn flush_thread_cache() {
+    T.with(|t| t.cache.flush());
 }
 
 /// The "inside uswap" guard: while one is alive on a thread, the interposed functions
@@ -541,15 +549,15 @@ extern "C" fn print_stats() {
 
 // ---- malloc family ------------------------------------------------------------------
 
-/// This thread's arena for its small blocks, or None: the main thread (glibc's main
-/// arena), an engine thread, inside uswap, arenas off or uswap off. One thread-local
-/// access. (After a fork, the forking thread keeps its answer, which only changes
-/// where its small blocks go.)
-fn small_arena() -> Option<usize> {
+/// A small block for this thread (threads but the main one): from its cache, or
+/// its arena; null: glibc's (the main thread, an engine thread, inside uswap, arenas
+/// off or uswap off). One thread-local access. (After a fork, the forking thread
+/// keeps its answer, which only changes where its small blocks go.)
+fn small_alloc(size: usize) -> *mut c_void {
     if STATE.load(Relaxed) != 1 || !THREAD_ARENAS.load(Relaxed) {
-        return None;
+        return std::ptr::null_mut();
     }
-    T.with(|t| {
+    let idx = T.with(|t| {
         if t.inside.get() || t.engine.get() {
             return None;
         }
@@ -561,11 +569,21 @@ fn small_arena() -> Option<usize> {
         if t.main.get() == 1 {
             return None;
         }
+        if let Some(p) = t.cache.take(size) {
+            return Some(Err(p));
+        }
         if t.arena.get() == usize::MAX {
             t.arena.set(heap::next_arena());
         }
-        Some(t.arena.get())
-    })
+        Some(Ok(t.arena.get()))
+    });
+    match idx {
+        Some(Err(p)) => p.as_ptr().cast(),
+        // Whole size classes, so that the block can serve its class from the cache.
+        Some(Ok(idx)) => heap::arena_alloc(idx, size.max(1).next_multiple_of(16))
+            .map_or(std::ptr::null_mut(), |p| p.as_ptr().cast()),
+        None => std::ptr::null_mut(),
+    }
 }
 
 /// A uswap-backed block of `size` >= threshold bytes (zero-filled), or null: a
@@ -585,16 +603,6 @@ fn big_alloc(size: usize) -> *mut c_void {
     }
 }
 
-/// A small block from this thread's uswap arena (threads but the main one), or null.
-fn small_alloc(size: usize) -> *mut c_void {
-    match small_arena() {
-        Some(idx) => {
-            heap::arena_alloc(idx, size).map_or(std::ptr::null_mut(), |p| p.as_ptr().cast())
-        }
-        None => std::ptr::null_mut(),
-    }
-}
-
 /// Whether `p` may be one of our table blocks: regions start 2 MiB aligned, mid-size
 /// blocks lie in the heap span. Engine threads never get here past `bypass`, so they
 /// never wait for the table lock (which the forking thread holds while the engine
@@ -608,8 +616,18 @@ fn maybe_ours(p: *mut c_void) -> bool {
 fn free_ours(p: *mut c_void) -> bool {
     if let Some(idx) = heap::arena_of(p as usize) {
         // SAFETY: a block in arena `idx`'s part of the span is one of its blocks (the
-        // free contract: `p` is live).
-        unsafe { heap::arena_free(idx, NonNull::new_unchecked(p.cast())) };
+        // free contract: `p` is live and no longer used).
+        unsafe {
+            let np = NonNull::new_unchecked(p.cast());
+            // Only threads that take small blocks from the arenas cache (not engine
+            // threads, which must not touch program memory, nor the main thread).
+            let cached = T.with(|t| {
+                !(t.inside.get() || t.engine.get()) && t.main.get() == 2 && t.cache.keep(np)
+            });
+            if !cached {
+                heap::arena_free(idx, np);
+            }
+        }
         return true;
     }
     if !maybe_ours(p) {
