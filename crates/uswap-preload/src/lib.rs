@@ -1044,7 +1044,14 @@ pub unsafe extern "C" fn mmap(
             }
         }
         if let Some(r) = new_region(len) {
-            return table::insert(r, table::Kind::Map, plen) as *mut c_void;
+            let rlen = r.len();
+            let base = table::insert(r, table::Kind::Map, plen);
+            // The region's rounding past the mapping faults, as past a real mapping
+            // (mremap grows into it: read-write again).
+            if rlen > plen {
+                sys::mprotect(base + plen, rlen - plen, libc::PROT_NONE);
+            }
+            return base as *mut c_void;
         }
     } else if reservation(len, prot, flags, fd) {
         let p = sys::mmap(addr, len, prot, flags, fd, off);

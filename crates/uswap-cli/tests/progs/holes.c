@@ -29,11 +29,13 @@ static int faults(volatile char *p, int write) {
 int main(void) {
     struct sigaction sa; memset(&sa, 0, sizeof sa); sa.sa_handler = segv; sigemptyset(&sa.sa_mask);
     sigaction(SIGSEGV, &sa, NULL); sigaction(SIGBUS, &sa, NULL);
-    size_t sizes[] = {3 * MB, 24 * MB}; /* a mid-size block and a region of its own */
+    size_t sizes[] = {3 * MB, 24 * MB + 4096}; /* a mid-size block and a region of its own */
     for (int k = 0; k < 2; k++) {
         size_t n = sizes[k];
         char *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         CHECK(p != MAP_FAILED, "mmap");
+        if (((uintptr_t)p & (2 * MB - 1)) == 0 && n % (2 * MB))
+            CHECK(faults(p + n, 0), "read past the end of a mapping did not fault");
         fill(p, 0, n, k + 1);
         size_t h = n / 3 & ~4095ul;
         CHECK(munmap(p + h, 8192) == 0, "munmap middle");
