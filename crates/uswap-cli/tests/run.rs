@@ -632,6 +632,7 @@ fn programs_uswap_cannot_serve_are_named_at_start() {
         .current_dir(&dir)
         .env("GOCACHE", dir.join("cache"))
         .env("GO111MODULE", "off")
+        .env("GOPATH", dir.join("gopath"))
         .status()
         .expect("run go build");
     assert!(st.success(), "go build failed");
