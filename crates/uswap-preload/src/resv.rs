@@ -112,3 +112,33 @@ pub fn give_back(s: usize, e: usize) {
         v.sort_unstable();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    const MB: usize = 1 << 20;
+
+    #[test]
+    fn commits_take_whole_chunks_grown_to_their_cell() {
+        // A reservation at 1 GiB + 1 MiB (unaligned head), 200 MiB long.
+        let base = (1 << 30) + MB;
+        record(base, base + 200 * MB);
+        // A 1 MiB commit in the middle: its 2 MiB chunk, grown to the 64 MiB cell.
+        let got = take_for_commit(base + 99 * MB, base + 100 * MB);
+        assert_eq!(got, vec![((1 << 30) + 64 * MB, (1 << 30) + 128 * MB)]);
+        // Again in the same cell: nothing left to take there.
+        assert!(take_for_commit(base + 99 * MB, base + 100 * MB).is_empty());
+        // In the unaligned head chunk: only from the first whole chunk on.
+        let got = take_for_commit(base, base + 4 * MB);
+        assert_eq!(got, vec![((1 << 30) + 2 * MB, (1 << 30) + 64 * MB)]);
+        // Committed by the kernel: not empty any more.
+        taken(base + 150 * MB, base + 152 * MB);
+        let got = take_for_commit(base + 150 * MB, base + 151 * MB);
+        assert!(got.is_empty(), "{got:?}");
+        // A region that could not be made gives its range back.
+        let got = take_for_commit(base + 190 * MB, base + 191 * MB);
+        assert_eq!(got.len(), 1);
+        give_back(got[0].0, got[0].1);
+        assert_eq!(take_for_commit(base + 190 * MB, base + 191 * MB), got);
+    }
+}
