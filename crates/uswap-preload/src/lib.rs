@@ -697,9 +697,12 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
     unsafe { sys::free(p) }
 }
 
-/// Usable size of any block of ours: (usable bytes, table block (region, size)).
+/// Whose a live block is.
 enum Block {
+    /// A small block of arena `.0`.
     Arena(usize, NonNull<u8>),
+    /// A block of the table (mid-size extent or region of its own): its region and the
+    /// size asked for.
     Table(Arc<Region>, usize),
     Glibc,
 }
@@ -1009,7 +1012,12 @@ fn map_fixed_anon(s: usize, e: usize, prot: c_int, flags: c_int, fd: c_int, off:
         sys::mprotect(a, z - a, prot);
     }
     gaps_result(&gaps, |a, n| {
-        resv::taken(a, a + n);
+        // A fresh PROT_NONE mapping is still empty reserved space; a read-write one is
+        // the kernel's memory now.
+        if prot != libc::PROT_NONE {
+            resv::taken(a, a + n);
+        }
+        let off = off + (a - s) as off_t;
         let r = sys::mmap(a as *mut c_void, n, prot, flags, fd, off);
         if r == libc::MAP_FAILED {
             -1
