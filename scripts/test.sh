@@ -34,6 +34,14 @@ if [ -z "$PYTHON" ]; then
 elif ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then
   add_apt python3-venv
 fi
+# Toolchains that crates/uswap-cli/tests/run.rs builds its runtime programs with (C,
+# static C, Java, Node, Go): a test whose toolchain is missing fails, it never skips.
+need_tool() { command -v "$1" >/dev/null 2>&1 || add_apt "${@:2}"; }
+need_tool cc gcc libc6-dev
+[ -e /usr/lib/x86_64-linux-gnu/libc.a ] || [ -e /usr/lib/aarch64-linux-gnu/libc.a ] || add_apt libc6-dev
+need_tool javac default-jdk-headless
+need_tool node nodejs
+need_tool go golang-go
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "installing Debian packages: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive

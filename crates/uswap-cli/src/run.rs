@@ -13,9 +13,12 @@ What goes under uswap (in PROGRAM and in every process it starts):
     private mappings of /dev/zero;
   munmap, mremap, madvise(DONTNEED/FREE/REMOVE) and mprotect on that memory behave
   as on ordinary memory; fork gives the child its own copy-on-write view.
-Not under uswap: smaller allocations, shared mappings, file mappings, stacks,
-PROT_NONE reservations, statically linked or setuid programs (LD_PRELOAD does not
-apply). Each process has its own pool and budget.
+  - the parts of PROT_NONE reservations (JVM heaps, ...) that are committed later;
+  - small blocks of threads other than the main one (uswap arenas instead of glibc's).
+Not under uswap: the main thread's small allocations, shared mappings, file mappings,
+stacks; statically linked or setuid programs (LD_PRELOAD does not apply) and Go
+programs (raw system calls): uswap run says so at start. Each process has its own
+pool and budget.
 
 Exit status: PROGRAM's own (128+N when killed by signal N), 2 for bad options,
 126/127 when PROGRAM cannot be executed / is not found.
@@ -53,6 +56,60 @@ fn find_preload() -> Result<PathBuf, String> {
         dir.display(),
         dir.join("../lib").display()
     ))
+}
+
+/// PROGRAM as exec will find it: a path, or the first match in $PATH.
+fn resolve(program: &std::ffi::OsStr) -> Option<PathBuf> {
+    let p = Path::new(program);
+    if p.as_os_str().as_encoded_bytes().contains(&b'/') {
+        return Some(p.to_path_buf());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(p))
+        .find(|c| c.is_file())
+}
+
+/// Why uswap cannot serve this executable, if it cannot; and whether the preload must
+/// stay out of it (a dynamically linked Go program, which it could harm).
+pub(crate) fn why_not_served(path: &Path) -> Option<(String, bool)> {
+    use object::read::elf::{ElfFile64, ProgramHeader};
+    use object::{Endianness, Object};
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(path).ok()?;
+    let mode = meta.permissions().mode();
+    if mode & 0o6000 != 0 {
+        let bit = if mode & 0o4000 != 0 {
+            "setuid"
+        } else {
+            "setgid"
+        };
+        return Some((
+            format!("it is {bit}, and the dynamic loader ignores LD_PRELOAD for {bit} programs"),
+            false,
+        ));
+    }
+    let data = std::fs::read(path).ok()?;
+    let elf = ElfFile64::<Endianness>::parse(&*data).ok()?;
+    let go = elf.section_by_name(".note.go.buildid").is_some()
+        || elf.section_by_name(".go.buildinfo").is_some();
+    let dynamic = elf
+        .elf_program_headers()
+        .iter()
+        .any(|ph| ph.p_type(elf.endian()) == object::elf::PT_INTERP);
+    match (go, dynamic) {
+        (true, _) => Some((
+            "it is a Go program: the Go runtime maps and releases its heap with raw system \
+             calls, which uswap cannot see"
+                .into(),
+            dynamic,
+        )),
+        (false, false) => Some((
+            "it is statically linked, so LD_PRELOAD cannot load uswap into it".into(),
+            false,
+        )),
+        (false, true) => None,
+    }
 }
 
 pub fn main(args: RunArgs) -> i32 {
@@ -106,6 +163,14 @@ pub fn main(args: RunArgs) -> i32 {
         ld_preload.push(old);
     }
     let (program, rest) = args.program.split_first().expect("clap requires PROGRAM");
+    let resolved = resolve(program);
+    let not_served = resolved.as_deref().and_then(why_not_served);
+    if let Some((why, _)) = &not_served {
+        eprintln!(
+            "uswap run: {} runs WITHOUT uswap (no budget applies to it): {why}",
+            Path::new(program).display()
+        );
+    }
     let mut cmd = std::process::Command::new(program);
     cmd.args(rest)
         .env("LD_PRELOAD", ld_preload)
@@ -113,6 +178,15 @@ pub fn main(args: RunArgs) -> i32 {
         .env("USWAP_UNIT", args.unit.name())
         .env("USWAP_THRESHOLD", args.threshold.to_string())
         .env("USWAP_ROOT_PID", std::process::id().to_string());
+    // The preload stays out of an executable it could harm (its children still run
+    // under uswap).
+    match (
+        &not_served,
+        resolved.as_ref().and_then(|p| p.canonicalize().ok()),
+    ) {
+        (Some((_, true)), Some(exe)) => cmd.env("USWAP_SKIP_EXE", exe),
+        _ => cmd.env_remove("USWAP_SKIP_EXE"),
+    };
     match &args.swap_file {
         Some(p) => cmd.env("USWAP_SWAP_FILE", p),
         None => cmd.env_remove("USWAP_SWAP_FILE"),

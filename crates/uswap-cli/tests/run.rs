@@ -362,3 +362,293 @@ fn bad_input_is_refused() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("USWAP_PRELOAD"));
 }
+
+// ---- runtimes (issue 13) and holes (issue 16 item 8) --------------------------------
+
+/// The path of `tool`, or a failure that says how to get it: these tests never pass
+/// by skipping (scripts/test.sh installs the toolchains).
+fn need(tool: &str, package: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join(tool))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!("`{tool}` not found: install {package} (scripts/test.sh does) to run this test")
+        })
+}
+
+/// Peak RSS of a plain run of `prog` (wait4's ru_maxrss), after checking it succeeded.
+/// (Reaped by wait4, not `Child::wait`, which gives no rusage.)
+#[allow(clippy::zombie_processes)]
+fn plain_peak_rss(prog: &[&str]) -> u64 {
+    let mut child = Command::new(prog[0])
+        .args(&prog[1..])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let pid = child.id() as i32;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let mut status = 0;
+        // SAFETY: a zeroed rusage for wait4 to fill.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: waits for our own child, non-blocking, into our buffers.
+        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut ru) };
+        if r == pid {
+            assert!(
+                libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                "{prog:?} failed: status {status:#x}"
+            );
+            return ru.ru_maxrss as u64 * 1024;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{prog:?} did not finish in 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn progs_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/progs")
+}
+
+fn stat_u64(s: &Value, k: &str) -> u64 {
+    s[k].as_u64().unwrap_or_else(|| panic!("no {k} in {s}"))
+}
+
+#[test]
+fn munmap_hole_and_mremap_shrink_fault_reservations_commit_in_pieces() {
+    // holes.c checks every case itself (SIGSEGV handler) and exits 1 on a miss.
+    let prog = cprog("holes");
+    let p = prog.to_str().unwrap();
+    let want = plain(&[p]);
+    assert_ok(&want, "plain run");
+    // Every unit: whole-unit swap-in must cope with units split by PROT_NONE parts.
+    for unit in ["4k", "auto", "2m"] {
+        let (out, stats) = under_uswap("16M", &["--unit", unit], &[p]);
+        assert_ok(&out, &format!("under uswap, --unit {unit}"));
+        assert_eq!(text(&out.stdout), "holes ok\n", "--unit {unit}");
+        let s = stats.iter().find(|s| s["active"] == true).expect("stats");
+        assert!(stat_u64(s, "heap_blocks") >= 1, "no mid-size block: {s}");
+        assert!(
+            stat_u64(s, "reservation_regions") >= 1,
+            "reservation not under uswap: {s}"
+        );
+        assert!(
+            s["counters"]["pswpout"].as_u64().unwrap() > 0,
+            "nothing swapped: {s}"
+        );
+    }
+}
+
+#[test]
+fn threads_small_blocks_go_to_uswap_arenas() {
+    // 8 threads x 48 MiB of 64..4096-byte blocks, 64 MiB budget.
+    let prog = cprog("arenas");
+    let p = prog.to_str().unwrap();
+    let want = plain(&[p]);
+    assert_ok(&want, "plain run");
+    let (out, stats) = under_uswap("64M", &[], &[p]);
+    assert_ok(&out, "under uswap");
+    assert_eq!(text(&out.stdout), text(&want.stdout));
+    let s = check_stats(&stats, 64 * MIB, 0);
+    assert!(
+        stat_u64(s, "arena_bytes") >= 300 * MIB,
+        "threads' small blocks not in uswap arenas: {s}"
+    );
+    // The counter is real: with the arenas off, none.
+    let mut cmd = Command::new(uswap_exe());
+    cmd.env("USWAP_PRELOAD", preload())
+        .env("USWAP_THREAD_ARENAS", "off")
+        .args(["run", "--budget", "64M", "--stats", "--", p, "2", "4"]);
+    let out = run_with_deadline(cmd, 120);
+    assert_ok(&out, "arenas off");
+    assert!(
+        text(&out.stderr).contains("\"arena_bytes\":0"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// Compile tests/progs/Heap.java (once per test process).
+fn java_heap_classes() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let javac = need("javac", "default-jdk-headless");
+        let dir = tmpdir().join(format!("java-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let st = Command::new(javac)
+            .arg("-d")
+            .arg(&dir)
+            .arg(progs_dir().join("Heap.java"))
+            .status()
+            .expect("run javac");
+        assert!(st.success(), "javac Heap.java failed");
+        dir
+    })
+    .clone()
+}
+
+#[test]
+fn jvm_heap_4x_the_budget_g1_and_parallel() {
+    let java = need("java", "default-jdk-headless");
+    let java = java.to_str().unwrap();
+    let cp = java_heap_classes();
+    let cp = cp.to_str().unwrap();
+    let budget = 128 * MIB;
+    for gc in ["-XX:+UseG1GC", "-XX:+UseParallelGC"] {
+        // The JVM's own memory: the same program with a tiny heap, without uswap.
+        let own = plain_peak_rss(&[java, "-Xmx64m", gc, "-cp", cp, "Heap", "8"]);
+        // 512 arrays of 1 MiB live: 4x the budget.
+        let (out, stats) =
+            under_uswap("128M", &[], &[java, "-Xmx2g", gc, "-cp", cp, "Heap", "512"]);
+        assert_ok(&out, gc);
+        assert!(
+            text(&out.stdout).starts_with("heap ok 512"),
+            "{}",
+            text(&out.stdout)
+        );
+        let s = stats
+            .iter()
+            .find(|s| s["program"] == "java" && s["active"] == true)
+            .unwrap_or_else(|| panic!("no stats of java: {stats:?}"));
+        let c = &s["counters"];
+        assert!(c["pswpout"].as_u64().unwrap() > 0, "nothing swapped: {s}");
+        assert!(
+            stat_u64(s, "peak_used_bytes") <= budget,
+            "engine over budget: {s}"
+        );
+        assert!(
+            stat_u64(s, "reservation_regions") >= 1,
+            "heap not under uswap: {s}"
+        );
+        let share = s["peak_under_uswap_percent"].as_f64().unwrap();
+        assert!(
+            share >= 80.0,
+            "only {share}% of the JVM's memory under uswap: {s}"
+        );
+        let hwm = stat_u64(s, "vm_hwm_bytes");
+        eprintln!(
+            "ran: java {gc}: JVM's own peak RSS (tiny heap, plain) {} MiB; under uswap with \
+             a 512 MiB heap: peak RSS {} MiB, budget {} MiB, {}% under uswap",
+            own >> 20,
+            hwm >> 20,
+            budget >> 20,
+            s["peak_under_uswap_percent"]
+        );
+        assert!(
+            hwm <= budget + own,
+            "{gc}: peak RSS {hwm} over budget {budget} + the JVM's own {own}: {s}"
+        );
+    }
+}
+
+#[test]
+fn node_1024_buffers_of_1m_from_a_few_areas() {
+    let node = need("node", "nodejs");
+    let node = node.to_str().unwrap();
+    let script = progs_dir().join("bufs.js");
+    let sc = script.to_str().unwrap();
+    let own = plain_peak_rss(&[node, sc, "8"]);
+    let budget = 256 * MIB;
+    let (out, stats) = under_uswap("256M", &[], &[node, sc, "1024"]);
+    assert_ok(&out, "node under uswap");
+    assert_eq!(text(&out.stdout), "buffers ok 1024\n");
+    let s = stats
+        .iter()
+        .find(|s| s["active"] == true && stat_u64(s, "heap_blocks") >= 1024)
+        .unwrap_or_else(|| panic!("no stats of node with its buffers: {stats:?}"));
+    assert!(
+        s["counters"]["pswpout"].as_u64().unwrap() > 0,
+        "nothing swapped: {s}"
+    );
+    let share = s["peak_under_uswap_percent"].as_f64().unwrap();
+    assert!(
+        share >= 80.0,
+        "only {share}% of node's memory under uswap: {s}"
+    );
+    // The buffers come from a few 64 MiB slabs, not a region each.
+    assert!(stat_u64(s, "heap_slabs") <= 40, "{s}");
+    assert!(stat_u64(s, "regions_created") <= 16, "{s}");
+    let hwm = stat_u64(s, "vm_hwm_bytes");
+    eprintln!(
+        "ran: node: own peak RSS (8 buffers, plain) {} MiB; 1024 buffers under uswap: peak \
+         RSS {} MiB, budget {} MiB",
+        own >> 20,
+        hwm >> 20,
+        budget >> 20
+    );
+    assert!(hwm <= budget + own + 32 * MIB, "peak RSS {hwm}: {s}");
+}
+
+#[test]
+fn programs_uswap_cannot_serve_are_named_at_start() {
+    // Statically linked: one line, and the program still runs.
+    let src = progs_dir().join("mal.c");
+    let stat = tmpdir().join(format!("static-{}", std::process::id()));
+    let st = Command::new("cc")
+        .args(["-O2", "-static", "-o"])
+        .arg(&stat)
+        .arg(&src)
+        .status()
+        .expect("run cc");
+    assert!(st.success(), "cc -static failed (needs libc6-dev's libc.a)");
+    let (out, _) = under_uswap("64M", &[], &[stat.to_str().unwrap()]);
+    assert_ok(&out, "static program");
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("runs WITHOUT uswap") && err.contains("statically linked"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    // setuid (the mode bit is enough for the loader to drop LD_PRELOAD).
+    let suid = tmpdir().join(format!("suid-{}", std::process::id()));
+    std::fs::copy(cprog("forkexec"), &suid).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&suid, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let (out, _) = under_uswap("64M", &[], &[suid.to_str().unwrap()]);
+    assert!(
+        text(&out.stderr).contains("it is setuid"),
+        "{}",
+        text(&out.stderr)
+    );
+    // A Go program.
+    let go = need("go", "golang-go");
+    let dir = tmpdir().join(format!("go-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("main.go"),
+        "package main\nfunc main() { println(\"go ran\") }\n",
+    )
+    .unwrap();
+    let bin = dir.join("gobin");
+    let st = Command::new(go)
+        .args(["build", "-o"])
+        .arg(&bin)
+        .arg("main.go")
+        .current_dir(&dir)
+        .env("GOCACHE", dir.join("cache"))
+        .env("GO111MODULE", "off")
+        .env("GOPATH", dir.join("gopath"))
+        .status()
+        .expect("run go build");
+    assert!(st.success(), "go build failed");
+    let (out, _) = under_uswap("64M", &[], &[bin.to_str().unwrap()]);
+    assert_ok(&out, "go program");
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("runs WITHOUT uswap") && err.contains("Go program"),
+        "{err}"
+    );
+    assert!(err.contains("go ran"), "{err}");
+    // An ordinary dynamic program: no such line.
+    let (out, _) = under_uswap("64M", &[], &["true"]);
+    assert!(
+        !text(&out.stderr).contains("WITHOUT"),
+        "{}",
+        text(&out.stderr)
+    );
+}

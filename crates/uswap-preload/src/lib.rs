@@ -8,19 +8,28 @@
 //!   is needed because glibc's malloc maps its big blocks with an internal `__mmap` that
 //!   no LD_PRELOAD library can interpose; smaller blocks go to glibc's `__libc_*`;
 //! - `mmap`/`mmap64` of anonymous private read-write memory (or private /dev/zero) of at
-//!   least the threshold, and `munmap`, `mremap`, `madvise` on what was handed out.
+//!   least the threshold, and `munmap`, `mremap`, `madvise`, `mprotect` on what was
+//!   handed out;
+//! - reservations: PROT_NONE anonymous mappings of at least the threshold are recorded
+//!   and the parts the program commits (mprotect, mmap MAP_FIXED) become uswap memory
+//!   (`resv`);
+//! - mid-size blocks are extents of a few large uswap areas, and the small blocks of
+//!   threads other than the main one come from uswap-backed arenas (`heap`).
 //!
 //! Reentrancy: the engine itself allocates and maps memory and runs its own threads.
 //! A thread-local guard is set around every call into the engine and every use of the
-//! table; with it set, or on an engine thread (`uswap-fault-N`, `uswap-reclaim`),
-//! everything goes straight to glibc or the kernel.
+//! table; with it set, or on an engine thread (marked when started, see
+//! `pthread_create`), everything goes straight to glibc or the kernel.
 
+mod heap;
+mod resv;
 mod sys;
 mod table;
 
 use libc::{c_int, c_void, off_t, size_t};
 use std::cell::Cell;
 use std::path::PathBuf;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 use uswap::{Pool, Region, UnitPolicy};
@@ -31,6 +40,8 @@ const UNIT: usize = 2 << 20;
 static STATE: AtomicU8 = AtomicU8::new(0);
 static THRESHOLD: AtomicUsize = AtomicUsize::new(1 << 20);
 static FALLBACKS: AtomicUsize = AtomicUsize::new(0);
+/// Whether threads other than the main one take their small blocks from uswap arenas.
+static THREAD_ARENAS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
 struct Config {
     budget: u64,
@@ -39,14 +50,42 @@ struct Config {
     threshold: usize,
     stats: Option<String>,
     root_pid: Option<i32>,
+    thread_arenas: bool,
 }
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
 static POOL: OnceLock<Option<Pool>> = OnceLock::new();
 
 thread_local! {
-    static INSIDE: Cell<bool> = const { Cell::new(false) };
-    static ENGINE_THREAD: Cell<bool> = const { Cell::new(false) };
+    /// One thread-local for all per-thread state: each access to a thread-local of a
+    /// shared library is a call (`__tls_get_addr`), and small blocks come through here.
+    static T: ThreadState = const {
+        ThreadState {
+            inside: Cell::new(false),
+            engine: Cell::new(false),
+            main: Cell::new(0),
+            arena: Cell::new(usize::MAX),
+            cache: heap::ThreadCache::new(),
+        }
+    };
+}
+
+struct ThreadState {
+    /// The "inside uswap" guard is set.
+    inside: Cell<bool>,
+    /// An engine thread.
+    engine: Cell<bool>,
+    /// 0: not known yet, 1: the main thread, 2: another.
+    main: Cell<u8>,
+    /// This thread's arena (usize::MAX: none yet).
+    arena: Cell<usize>,
+    /// Small blocks this thread freed, for its next mallocs.
+    cache: heap::ThreadCache,
+}
+
+/// Give this thread's cached small blocks back to their arenas (at its exit).
+fn flush_thread_cache() {
+    T.with(|t| t.cache.flush());
 }
 
 /// The "inside uswap" guard: while one is alive on a thread, the interposed functions
@@ -54,30 +93,80 @@ thread_local! {
 struct Inside(bool);
 
 fn enter() -> Inside {
-    Inside(INSIDE.with(|c| c.replace(true)))
+    Inside(T.with(|t| t.inside.replace(true)))
 }
 
 impl Drop for Inside {
     fn drop(&mut self) {
-        INSIDE.with(|c| c.set(self.0));
+        T.with(|t| t.inside.set(self.0));
     }
 }
 
 /// Whether this call must bypass uswap: guard set, engine thread, or uswap off.
+/// Engine threads are marked from their first instruction (`pthread_create` below),
+/// so that none of their memory, not even a small block, is ever uswap memory (a fault
+/// thread touching memory that faults to itself would wait for itself forever).
 fn bypass() -> bool {
-    if STATE.load(Relaxed) != 1 || INSIDE.with(|c| c.get()) {
-        return true;
+    STATE.load(Relaxed) != 1 || T.with(|t| t.inside.get() || t.engine.get())
+}
+
+type StartFn = extern "C" fn(*mut c_void) -> *mut c_void;
+type PthreadCreateFn = unsafe extern "C" fn(
+    *mut libc::pthread_t,
+    *const libc::pthread_attr_t,
+    StartFn,
+    *mut c_void,
+) -> c_int;
+
+/// A thread the engine starts: its start routine, run with the engine mark set.
+struct EngineStart {
+    start: StartFn,
+    arg: *mut c_void,
+}
+
+extern "C" fn engine_thread_start(p: *mut c_void) -> *mut c_void {
+    T.with(|t| t.engine.set(true));
+    // SAFETY: `p` is the Box made by `pthread_create` below for this thread, used once.
+    let s = unsafe { Box::from_raw(p.cast::<EngineStart>()) };
+    (s.start)(s.arg)
+}
+
+/// # Safety
+/// The C `pthread_create` contract. Threads started from inside uswap (the engine's
+/// fault and reclaim threads, started while the guard is set, or by an engine thread)
+/// are marked as engine threads before their start routine runs.
+#[no_mangle]
+pub unsafe extern "C" fn pthread_create(
+    thread: *mut libc::pthread_t,
+    attr: *const libc::pthread_attr_t,
+    start: StartFn,
+    arg: *mut c_void,
+) -> c_int {
+    static REAL: OnceLock<Option<PthreadCreateFn>> = OnceLock::new();
+    let real = REAL.get_or_init(|| {
+        // SAFETY: dlsym with a NUL-terminated name; RTLD_NEXT skips this library; the
+        // symbol has pthread_create's C signature.
+        unsafe {
+            let p = libc::dlsym(libc::RTLD_NEXT, c"pthread_create".as_ptr());
+            (!p.is_null()).then(|| std::mem::transmute::<*mut c_void, PthreadCreateFn>(p))
+        }
+    });
+    let Some(real) = *real else {
+        return libc::EAGAIN;
+    };
+    let engine = T.with(|t| t.inside.get() || t.engine.get());
+    if !engine {
+        // SAFETY: the caller's contract.
+        return unsafe { real(thread, attr, start, arg) };
     }
-    if ENGINE_THREAD.with(|c| c.get()) {
-        return true;
+    let s = Box::into_raw(Box::new(EngineStart { start, arg }));
+    // SAFETY: the caller's contract; the new thread owns `s`.
+    let rc = unsafe { real(thread, attr, engine_thread_start, s.cast()) };
+    if rc != 0 {
+        // SAFETY: not started, so still ours.
+        drop(unsafe { Box::from_raw(s) });
     }
-    if sys::thread_name_starts_with(b"uswap-fault-")
-        || sys::thread_name_starts_with(b"uswap-reclaim")
-    {
-        ENGINE_THREAD.with(|c| c.set(true));
-        return true;
-    }
-    false
+    rc
 }
 
 fn threshold() -> usize {
@@ -117,11 +206,24 @@ fn read_config() -> Result<Config, String> {
         root_pid: std::env::var("USWAP_ROOT_PID")
             .ok()
             .and_then(|s| s.parse().ok()),
+        thread_arenas: match std::env::var("USWAP_THREAD_ARENAS").as_deref() {
+            Err(_) | Ok("") | Ok("1") | Ok("on") => true,
+            Ok("0") | Ok("off") => false,
+            Ok(o) => return Err(format!("USWAP_THREAD_ARENAS={o:?}: use on or off")),
+        },
     })
 }
 
 extern "C" fn init() {
     let _g = enter();
+    // An executable `uswap run` found we could harm (a Go program maps and releases
+    // its heap with raw system calls): stay out of it; it has said why.
+    if let Some(skip) = std::env::var_os("USWAP_SKIP_EXE") {
+        if std::fs::read_link("/proc/self/exe").is_ok_and(|e| e.as_os_str() == skip) {
+            STATE.store(2, Relaxed);
+            return;
+        }
+    }
     let cfg = match read_config() {
         Ok(c) => c,
         Err(e) => {
@@ -131,6 +233,7 @@ extern "C" fn init() {
         }
     };
     THRESHOLD.store(cfg.threshold, Relaxed);
+    THREAD_ARENAS.store(cfg.thread_arenas, Relaxed);
     let stats = cfg.stats.is_some();
     let _ = CONFIG.set(cfg);
     // SAFETY: registers plain extern "C" handlers that live as long as the process.
@@ -151,12 +254,21 @@ static INIT: extern "C" fn() = init;
 fn pool() -> Option<&'static Pool> {
     POOL.get_or_init(|| {
         let cfg = CONFIG.get()?;
-        let mut b = Pool::builder().budget(cfg.budget).unit(cfg.unit);
+        // The preload orders the fork hooks with its own locks (`fork_prepare`).
+        let mut b = Pool::builder()
+            .budget(cfg.budget)
+            .unit(cfg.unit)
+            .fork_hooks(false);
         if let Some(p) = &cfg.swap_file {
             b = b.swap_file(p);
         }
         match std::panic::catch_unwind(move || b.build()) {
-            Ok(Ok(p)) => Some(p),
+            Ok(Ok(p)) => {
+                if cfg.stats.is_some() {
+                    start_sampler();
+                }
+                Some(p)
+            }
             Ok(Err(e)) => {
                 eprint_line(&format!("cannot start uswap ({e}); running without it"));
                 STATE.store(2, Relaxed);
@@ -175,8 +287,26 @@ fn pool() -> Option<&'static Pool> {
 /// A new region of at least `len` bytes, or None (the caller falls back to glibc or
 /// the kernel). Call with the guard set.
 fn new_region(len: usize) -> Option<Arc<Region>> {
+    make_region(len, None)
+}
+
+/// A new region at `addr` (2 MiB aligned) replacing an empty PROT_NONE reservation of
+/// ours or of the program's, or None (the range is left reserved PROT_NONE). Call
+/// with the guard set.
+fn new_region_at(addr: usize, len: usize) -> Option<Arc<Region>> {
+    make_region(len, Some(addr))
+}
+
+fn make_region(len: usize, at: Option<usize>) -> Option<Arc<Region>> {
     let pool = pool()?;
-    match std::panic::catch_unwind(|| pool.region(len as u64)) {
+    let made = std::panic::catch_unwind(|| match at {
+        // SAFETY: callers pass ranges that are empty reservations nothing else uses
+        // (the heap's span, or parts of the program's reservations it just
+        // committed and that were never committed before).
+        Some(a) => unsafe { pool.region_at(a as *mut u8, len as u64, Default::default()) },
+        None => pool.region(len as u64),
+    });
+    match made {
         Ok(Ok(r)) => Some(Arc::new(r)),
         Ok(Err(e)) => {
             if FALLBACKS.fetch_add(1, Relaxed) == 0 {
@@ -193,6 +323,86 @@ fn new_region(len: usize) -> Option<Arc<Region>> {
     }
 }
 
+// ---- engine threads and the program's memory -----------------------------------------
+//
+// An engine thread must never touch memory that can fault to the engine: it would wait
+// for itself. Its own allocations bypass uswap (`bypass`), but libc keeps global state
+// that its functions read on the engine's behalf: `strerror` (formatting an I/O error)
+// reads the locale and the environment, lazy symbol binding walks the link maps of
+// dlopen'd libraries. A JVM calls `setlocale` and `dlopen` on a thread other than the
+// main one, so that state would land in a uswap arena and be swapped out (seen: the
+// fault thread hung in `guess_category_value` under `strerror_r`). So the calls that
+// allocate such state run with the guard set (their memory is glibc's), and the
+// library binds its symbols at load (build.rs: -z now).
+
+/// Interpose a libc function so that it runs with the guard set.
+macro_rules! outside_uswap {
+    ($name:ident, $cname:literal, fn($($a:ident: $t:ty),*) -> $r:ty, $fail:expr) => {
+        /// # Safety
+        /// The C contract of the function of the same name.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> $r {
+            type F = unsafe extern "C" fn($($t),*) -> $r;
+            static REAL: OnceLock<Option<F>> = OnceLock::new();
+            let real = REAL.get_or_init(|| {
+                // SAFETY: dlsym with a NUL-terminated name; RTLD_NEXT skips this
+                // library; the symbol has the C signature declared here.
+                unsafe {
+                    let p = libc::dlsym(libc::RTLD_NEXT, $cname.as_ptr());
+                    (!p.is_null()).then(|| std::mem::transmute::<*mut c_void, F>(p))
+                }
+            });
+            let Some(real) = *real else {
+                sys::set_errno(libc::ENOSYS);
+                return $fail;
+            };
+            let _g = enter();
+            // SAFETY: the caller's contract.
+            unsafe { real($($a),*) }
+        }
+    };
+}
+
+use libc::c_char;
+outside_uswap!(
+    dlopen,
+    c"dlopen",
+    fn(file: *const c_char, mode: c_int) -> *mut c_void,
+    std::ptr::null_mut()
+);
+outside_uswap!(
+    dlmopen,
+    c"dlmopen",
+    fn(ns: libc::c_long, file: *const c_char, mode: c_int) -> *mut c_void,
+    std::ptr::null_mut()
+);
+outside_uswap!(
+    setlocale,
+    c"setlocale",
+    fn(cat: c_int, locale: *const c_char) -> *mut c_char,
+    std::ptr::null_mut()
+);
+outside_uswap!(
+    newlocale,
+    c"newlocale",
+    fn(mask: c_int, locale: *const c_char, base: libc::locale_t) -> libc::locale_t,
+    std::ptr::null_mut()
+);
+outside_uswap!(
+    duplocale,
+    c"duplocale",
+    fn(l: libc::locale_t) -> libc::locale_t,
+    std::ptr::null_mut()
+);
+outside_uswap!(
+    setenv,
+    c"setenv",
+    fn(name: *const c_char, value: *const c_char, over: c_int) -> c_int,
+    -1
+);
+outside_uswap!(putenv, c"putenv", fn(s: *mut c_char) -> c_int, -1);
+outside_uswap!(unsetenv, c"unsetenv", fn(name: *const c_char) -> c_int, -1);
+
 // ---- fork and exit ------------------------------------------------------------------
 
 thread_local! {
@@ -203,29 +413,66 @@ thread_local! {
 }
 
 extern "C" fn fork_prepare() {
-    let prev = INSIDE.with(|c| c.replace(true));
+    let prev = T.with(|t| t.inside.replace(true));
     FORK_INSIDE.with(|c| c.set(prev));
     let g = table::lock();
     FORK_LOCK.with(|l| *l.borrow_mut() = Some(g));
+    heap::fork_prepare();
     uswap::prepare_fork();
 }
 
 extern "C" fn fork_parent() {
     uswap::after_fork_parent();
+    heap::fork_done();
     FORK_LOCK.with(|l| l.borrow_mut().take());
-    INSIDE.with(|c| c.set(FORK_INSIDE.with(|f| f.get())));
+    T.with(|t| t.inside.set(FORK_INSIDE.with(|f| f.get())));
 }
 
 extern "C" fn fork_child() {
     uswap::after_fork_child();
+    heap::fork_done();
     FORK_LOCK.with(|l| l.borrow_mut().take());
-    INSIDE.with(|c| c.set(FORK_INSIDE.with(|f| f.get())));
+    T.with(|t| t.inside.set(FORK_INSIDE.with(|f| f.get())));
 }
 
-fn vm_hwm() -> u64 {
+/// Peaks of what uswap held (resident + swapped) and of the anonymous memory outside
+/// it, sampled every 100 ms for --stats (at exit some programs have freed everything:
+/// Node tears its heap down first).
+static PEAK_HELD: AtomicUsize = AtomicUsize::new(0);
+static PEAK_OUTSIDE: AtomicUsize = AtomicUsize::new(0);
+
+/// (held, outside) now: uswap's resident and swapped bytes, and `RssAnon` minus uswap's
+/// RAM (resident and swap cache), which `RssAnon` counts too.
+fn coverage(c: &uswap::Counters) -> (u64, u64) {
+    let held = c.resident_bytes + c.slots_used * 4096;
+    let outside = status_bytes("RssAnon:").saturating_sub(c.resident_bytes + c.cached_bytes);
+    (held, outside)
+}
+
+fn sample_coverage() {
+    if let Some(p) = POOL.get().and_then(|p| p.as_ref()) {
+        let (held, outside) = coverage(&p.counters());
+        PEAK_HELD.fetch_max(held as usize, Relaxed);
+        PEAK_OUTSIDE.fetch_max(outside as usize, Relaxed);
+    }
+}
+
+/// The sampler: started from inside uswap, so it is an engine thread (never uswap
+/// memory); it only reads the engine's counters and /proc/self/status.
+fn start_sampler() {
+    let _ = std::thread::Builder::new()
+        .name("uswap-stats".into())
+        .spawn(|| loop {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            sample_coverage();
+        });
+}
+
+/// A `kB` field of /proc/self/status, in bytes (0 if absent).
+fn status_bytes(field: &str) -> u64 {
     let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     s.lines()
-        .find(|l| l.starts_with("VmHWM:"))
+        .find(|l| l.starts_with(field))
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse::<u64>().ok())
         .map_or(0, |kb| kb * 1024)
@@ -244,6 +491,20 @@ extern "C" fn print_stats() {
     }
     let program = std::fs::read_to_string("/proc/self/comm").unwrap_or_default();
     let counters = pool.map(|p| p.counters()).unwrap_or_default();
+    // How much of the program's memory uswap held: at exit, and at the peaks sampled.
+    sample_coverage();
+    let (held, outside) = coverage(&counters);
+    let (peak_held, peak_outside) = (
+        PEAK_HELD.load(Relaxed) as u64,
+        PEAK_OUTSIDE.load(Relaxed) as u64,
+    );
+    let percent = |a: u64, b: u64| {
+        if a + b > 0 {
+            (a as f64 * 1000.0 / (a + b) as f64).round() / 10.0
+        } else {
+            0.0
+        }
+    };
     let v = serde_json::json!({
         "uswap_stats": {
             "pid": me,
@@ -256,9 +517,23 @@ extern "C" fn print_stats() {
             "mmap_regions": table::MMAP_REGIONS.load(Relaxed),
             "live_regions": table::LIVE_REGIONS.load(Relaxed),
             "peak_region_bytes": table::PEAK_LIVE_BYTES.load(Relaxed),
+            "heap_blocks": table::HEAP_BLOCKS.load(Relaxed),
+            "heap_slabs": heap::MID_SLABS.load(Relaxed),
+            "reservations": resv::RESERVATIONS.load(Relaxed),
+            "reservation_regions": table::RESERVATION_REGIONS.load(Relaxed),
+            "arena_slabs": heap::ARENA_SLABS.load(Relaxed),
+            "arena_bytes": heap::ARENA_BYTES.load(Relaxed),
             "fallbacks": FALLBACKS.load(Relaxed),
             "peak_used_bytes": counters.peak_used_bytes,
-            "vm_hwm_bytes": vm_hwm(),
+            "vm_hwm_bytes": status_bytes("VmHWM:"),
+            "rss_anon_bytes": status_bytes("RssAnon:"),
+            "uswap_resident_bytes": counters.resident_bytes,
+            "uswap_swapped_bytes": counters.slots_used * 4096,
+            "outside_uswap_bytes": outside,
+            "under_uswap_percent": percent(held, outside),
+            "peak_under_uswap_bytes": peak_held,
+            "peak_outside_uswap_bytes": peak_outside,
+            "peak_under_uswap_percent": percent(peak_held, peak_outside),
             "counters": counters,
         }
     });
@@ -278,25 +553,87 @@ extern "C" fn print_stats() {
 
 // ---- malloc family ------------------------------------------------------------------
 
-/// A uswap-backed block of `size` bytes (zero-filled), or null.
-fn big_alloc(size: usize) -> *mut c_void {
-    let _g = enter();
-    match new_region(size) {
-        Some(r) => table::insert(r, Some(size), usize::MAX) as *mut c_void,
+/// A small block for this thread (threads but the main one): from its cache, or
+/// its arena; null: glibc's (the main thread, an engine thread, inside uswap, arenas
+/// off or uswap off). One thread-local access. (After a fork, the forking thread
+/// keeps its answer, which only changes where its small blocks go.)
+fn small_alloc(size: usize) -> *mut c_void {
+    if STATE.load(Relaxed) != 1 || !THREAD_ARENAS.load(Relaxed) {
+        return std::ptr::null_mut();
+    }
+    let idx = T.with(|t| {
+        if t.inside.get() || t.engine.get() {
+            return None;
+        }
+        if t.main.get() == 0 {
+            // SAFETY: gettid and getpid have no preconditions.
+            let main = unsafe { libc::gettid() == libc::getpid() };
+            t.main.set(if main { 1 } else { 2 });
+        }
+        if t.main.get() == 1 {
+            return None;
+        }
+        if let Some(p) = t.cache.take(size) {
+            return Some(Err(p));
+        }
+        if t.arena.get() == usize::MAX {
+            t.arena.set(heap::next_arena());
+        }
+        Some(Ok(t.arena.get()))
+    });
+    match idx {
+        Some(Err(p)) => p.as_ptr().cast(),
+        // Whole size classes, so that the block can serve its class from the cache.
+        Some(Ok(idx)) => heap::arena_alloc(idx, size.max(1).next_multiple_of(16))
+            .map_or(std::ptr::null_mut(), |p| p.as_ptr().cast()),
         None => std::ptr::null_mut(),
     }
 }
 
-/// Whether `p` may be one of our blocks: they all start 2 MiB aligned.
-/// Engine threads never get here past `bypass`, so they never wait for the table lock
-/// (which the forking thread holds while the engine quiesces them).
+/// A uswap-backed block of `size` >= threshold bytes (zero-filled), or null: a
+/// mid-size extent, or a region of its own.
+fn big_alloc(size: usize) -> *mut c_void {
+    let _g = enter();
+    if size < heap::MID_MAX {
+        let len = table::page_up(size);
+        if let Some((a, r)) = heap::mid_alloc(len) {
+            return table::insert_block(r, a, len, true, table::Kind::Malloc(size), len)
+                as *mut c_void;
+        }
+    }
+    match new_region(size) {
+        Some(r) => table::insert(r, table::Kind::Malloc(size), usize::MAX) as *mut c_void,
+        None => std::ptr::null_mut(),
+    }
+}
+
+/// Whether `p` may be one of our table blocks: regions start 2 MiB aligned, mid-size
+/// blocks lie in the heap span. Engine threads never get here past `bypass`, so they
+/// never wait for the table lock (which the forking thread holds while the engine
+/// quiesces them).
 fn maybe_ours(p: *mut c_void) -> bool {
     let a = p as usize;
-    a != 0 && a & (UNIT - 1) == 0 && table::may_overlap(a, a + 1) && !bypass()
+    a != 0 && (a & (UNIT - 1) == 0 || heap::in_mid(a)) && table::may_overlap(a, a + 1) && !bypass()
 }
 
 /// Drop our block at `p`; false when it is not ours.
 fn free_ours(p: *mut c_void) -> bool {
+    if let Some(idx) = heap::arena_of(p as usize) {
+        // SAFETY: a block in arena `idx`'s part of the span is one of its blocks (the
+        // free contract: `p` is live and no longer used).
+        unsafe {
+            let np = NonNull::new_unchecked(p.cast());
+            // Only threads that take small blocks from the arenas cache (not engine
+            // threads, which must not touch program memory, nor the main thread).
+            let cached = T.with(|t| {
+                !(t.inside.get() || t.engine.get()) && t.main.get() == 2 && t.cache.keep(np)
+            });
+            if !cached {
+                heap::arena_free(idx, np);
+            }
+        }
+        return true;
+    }
     if !maybe_ours(p) {
         return false;
     }
@@ -314,13 +651,20 @@ fn free_ours(p: *mut c_void) -> bool {
 /// The C `malloc` contract.
 #[no_mangle]
 pub unsafe extern "C" fn malloc(size: size_t) -> *mut c_void {
-    if size >= threshold() && !bypass() {
-        let p = big_alloc(size);
-        if !p.is_null() {
-            return p;
+    let p = if size >= threshold() {
+        if bypass() {
+            std::ptr::null_mut()
+        } else {
+            big_alloc(size)
         }
+    } else {
+        small_alloc(size)
+    };
+    if p.is_null() {
+        sys::malloc(size)
+    } else {
+        p
     }
-    sys::malloc(size)
 }
 
 /// # Safety
@@ -329,9 +673,16 @@ pub unsafe extern "C" fn malloc(size: size_t) -> *mut c_void {
 pub unsafe extern "C" fn calloc(nmemb: size_t, size: size_t) -> *mut c_void {
     if let Some(total) = nmemb.checked_mul(size) {
         if total >= threshold() && !bypass() {
-            // A fresh region reads as zeros: nothing to clear.
+            // A fresh block reads as zeros: nothing to clear.
             let p = big_alloc(total);
             if !p.is_null() {
+                return p;
+            }
+        } else if total < threshold() {
+            let p = small_alloc(total);
+            if !p.is_null() {
+                // SAFETY: a fresh arena block of `total` bytes (arena memory is reused).
+                unsafe { std::ptr::write_bytes(p.cast::<u8>(), 0, total) };
                 return p;
             }
         }
@@ -350,6 +701,30 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
     unsafe { sys::free(p) }
 }
 
+/// Whose a live block is.
+enum Block {
+    /// A small block of arena `.0`.
+    Arena(usize, NonNull<u8>),
+    /// A block of the table (mid-size extent or region of its own): its region and the
+    /// size asked for.
+    Table(Arc<Region>, usize),
+    Glibc,
+}
+
+fn block_of(p: *mut c_void) -> Block {
+    if let Some(idx) = heap::arena_of(p as usize) {
+        // SAFETY: non-null (checked by callers) pointer into an arena.
+        return Block::Arena(idx, unsafe { NonNull::new_unchecked(p.cast()) });
+    }
+    if maybe_ours(p) {
+        let _g = enter();
+        if let Some((r, size)) = table::block(p as usize) {
+            return Block::Table(r, size);
+        }
+    }
+    Block::Glibc
+}
+
 /// # Safety
 /// The C `realloc` contract.
 #[no_mangle]
@@ -358,56 +733,68 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: size_t) -> *mut c_void {
         // SAFETY: the malloc contract.
         return unsafe { malloc(size) };
     }
-    let ours = if maybe_ours(p) {
-        let _g = enter();
-        table::block(p as usize)
-    } else {
-        None
-    };
-    let Some((region, old_size)) = ours else {
-        // glibc's block.
-        if size >= threshold() && !bypass() {
-            let n = big_alloc(size);
-            if !n.is_null() {
-                // SAFETY: `p` is a live glibc block of at least its usable size; `n`
-                // holds `size` bytes; distinct allocations.
-                unsafe {
-                    sys::copy(n, p, sys::usable_size(p).min(size));
-                    sys::free(p);
-                }
-                return n;
-            }
-        }
-        // SAFETY: `p` is glibc's.
-        return unsafe { sys::realloc(p, size) };
-    };
     if size == 0 {
-        free_ours(p);
+        // SAFETY: the free contract (glibc frees and returns null too).
+        unsafe { free(p) };
         return std::ptr::null_mut();
     }
-    if size >= threshold() && size <= region.len() {
-        // In place: shrink throws the tail pages away.
-        let (keep, had) = (table::page_up(size), table::page_up(old_size));
-        let _g = enter();
-        if keep < had {
-            let _ = region.discard(keep, had - keep);
+    let old = match block_of(p) {
+        Block::Glibc => {
+            if size >= threshold() && !bypass() {
+                let n = big_alloc(size);
+                if !n.is_null() {
+                    // SAFETY: `p` is a live glibc block of at least its usable size; `n`
+                    // holds `size` bytes; distinct allocations.
+                    unsafe {
+                        sys::copy(n, p, sys::usable_size(p).min(size));
+                        sys::free(p);
+                    }
+                    return n;
+                }
+            }
+            // SAFETY: `p` is glibc's.
+            return unsafe { sys::realloc(p, size) };
         }
-        table::set_block_size(p as usize, size);
-        return p;
-    }
-    let n = if size >= threshold() && !bypass() {
-        big_alloc(size)
-    } else {
-        std::ptr::null_mut()
+        Block::Arena(idx, np) => {
+            if size < threshold() {
+                // SAFETY: `np` is a live block of arena `idx`.
+                if let Some(n) = unsafe { heap::arena_realloc(idx, np, size) } {
+                    return n.as_ptr().cast();
+                }
+            }
+            // SAFETY: as above.
+            unsafe { heap::arena_usable(idx, np) }
+        }
+        Block::Table(region, old_size) => {
+            let in_place = size >= threshold()
+                && if heap::in_mid(p as usize) {
+                    size <= table::page_up(old_size)
+                } else {
+                    size <= region.len()
+                };
+            if in_place {
+                // Shrink throws the tail pages away.
+                let (keep, had) = (table::page_up(size), table::page_up(old_size));
+                let _g = enter();
+                if keep < had {
+                    let off = p as usize - region.as_ptr() as usize;
+                    let _ = region.discard(off + keep, had - keep);
+                }
+                table::set_block_size(p as usize, size);
+                return p;
+            }
+            old_size
+        }
     };
-    let n = if n.is_null() { sys::malloc(size) } else { n };
+    // SAFETY: the malloc contract.
+    let n = unsafe { malloc(size) };
     if n.is_null() {
         return n;
     }
-    // SAFETY: both blocks are live and distinct; `n` holds `size` bytes, `p` `old_size`.
-    unsafe { sys::copy(n, p, old_size.min(size)) };
-    drop(region);
-    free_ours(p);
+    // SAFETY: both blocks are live and distinct; `n` holds `size` bytes, `p` `old`.
+    unsafe { sys::copy(n, p, old.min(size)) };
+    // SAFETY: `p` is a live block of ours or glibc's.
+    unsafe { free(p) };
     n
 }
 
@@ -425,9 +812,26 @@ pub unsafe extern "C" fn reallocarray(p: *mut c_void, nmemb: size_t, size: size_
     }
 }
 
-fn aligned_big(align: usize, size: usize) -> *mut c_void {
-    if size >= threshold() && align <= UNIT && align.is_power_of_two() && !bypass() {
+/// A block of ours with alignment `align`, or null (glibc's then).
+fn aligned_ours(align: usize, size: usize) -> *mut c_void {
+    if !align.is_power_of_two() {
+        return std::ptr::null_mut();
+    }
+    if size >= threshold() {
+        // Mid-size blocks are page aligned, regions 2 MiB aligned.
+        if align > UNIT || bypass() {
+            return std::ptr::null_mut();
+        }
+        if align > table::PAGE && size < heap::MID_MAX {
+            let _g = enter();
+            return match new_region(size) {
+                Some(r) => table::insert(r, table::Kind::Malloc(size), usize::MAX) as *mut c_void,
+                None => std::ptr::null_mut(),
+            };
+        }
         big_alloc(size)
+    } else if align <= heap::ARENA_ALIGN {
+        small_alloc(size)
     } else {
         std::ptr::null_mut()
     }
@@ -437,7 +841,7 @@ fn aligned_big(align: usize, size: usize) -> *mut c_void {
 /// The C `memalign` contract.
 #[no_mangle]
 pub unsafe extern "C" fn memalign(align: size_t, size: size_t) -> *mut c_void {
-    let p = aligned_big(align, size);
+    let p = aligned_ours(align, size);
     if p.is_null() {
         sys::memalign(align, size)
     } else {
@@ -464,7 +868,7 @@ pub unsafe extern "C" fn posix_memalign(
     if !align.is_power_of_two() || !align.is_multiple_of(std::mem::size_of::<*mut c_void>()) {
         return libc::EINVAL;
     }
-    let mut p = aligned_big(align, size);
+    let mut p = aligned_ours(align, size);
     if p.is_null() {
         p = sys::memalign(align, size);
         if p.is_null() && size != 0 {
@@ -480,7 +884,11 @@ pub unsafe extern "C" fn posix_memalign(
 /// The C `valloc` contract.
 #[no_mangle]
 pub unsafe extern "C" fn valloc(size: size_t) -> *mut c_void {
-    let p = aligned_big(table::PAGE, size);
+    let p = if size >= threshold() {
+        aligned_ours(table::PAGE, size)
+    } else {
+        std::ptr::null_mut()
+    };
     if p.is_null() {
         sys::valloc(size)
     } else {
@@ -492,7 +900,12 @@ pub unsafe extern "C" fn valloc(size: size_t) -> *mut c_void {
 /// The C `pvalloc` contract.
 #[no_mangle]
 pub unsafe extern "C" fn pvalloc(size: size_t) -> *mut c_void {
-    let p = aligned_big(table::PAGE, table::page_up(size));
+    let size = table::page_up(size);
+    let p = if size >= threshold() {
+        aligned_ours(table::PAGE, size)
+    } else {
+        std::ptr::null_mut()
+    };
     if p.is_null() {
         sys::pvalloc(size)
     } else {
@@ -507,14 +920,21 @@ pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> size_t {
     if p.is_null() {
         return 0;
     }
-    if maybe_ours(p) {
-        let _g = enter();
-        if let Some((r, _)) = table::block(p as usize) {
-            return r.len();
+    match block_of(p) {
+        Block::Arena(idx, np) => {
+            // SAFETY: a live block of arena `idx`.
+            unsafe { heap::arena_usable(idx, np) }
         }
+        Block::Table(r, size) => {
+            if heap::in_mid(p as usize) {
+                table::page_up(size)
+            } else {
+                r.len()
+            }
+        }
+        // SAFETY: not ours, so glibc's.
+        Block::Glibc => unsafe { sys::usable_size(p) },
     }
-    // SAFETY: not ours, so glibc's.
-    unsafe { sys::usable_size(p) }
 }
 
 // ---- mapping calls ------------------------------------------------------------------
@@ -526,13 +946,26 @@ const REFUSED_FLAGS: c_int = libc::MAP_FIXED
     | libc::MAP_HUGETLB
     | libc::MAP_32BIT
     | libc::MAP_SHARED;
+const RW: c_int = libc::PROT_READ | libc::PROT_WRITE;
 
-fn eligible(len: usize, prot: c_int, flags: c_int, fd: c_int) -> bool {
-    len >= threshold()
-        && prot == libc::PROT_READ | libc::PROT_WRITE
-        && flags & 0x0f == libc::MAP_PRIVATE
-        && flags & REFUSED_FLAGS == 0
+/// Anonymous (or /dev/zero) private memory.
+fn anon_private(flags: c_int, fd: c_int) -> bool {
+    flags & 0x0f == libc::MAP_PRIVATE
+        && flags & (libc::MAP_SHARED | libc::MAP_HUGETLB) == 0
         && (flags & libc::MAP_ANONYMOUS != 0 || sys::is_dev_zero(fd))
+}
+
+/// A new mapping that goes under uswap at once: read-write.
+fn eligible(len: usize, prot: c_int, flags: c_int, fd: c_int) -> bool {
+    len >= threshold() && prot == RW && anon_private(flags, fd) && flags & REFUSED_FLAGS == 0
+}
+
+/// A reservation: PROT_NONE, to be committed later.
+fn reservation(len: usize, prot: c_int, flags: c_int, fd: c_int) -> bool {
+    len >= threshold()
+        && prot == libc::PROT_NONE
+        && anon_private(flags, fd)
+        && flags & REFUSED_FLAGS == 0
 }
 
 fn gaps_result(gaps: &[(usize, usize)], f: impl Fn(usize, usize) -> c_int) -> c_int {
@@ -543,6 +976,59 @@ fn gaps_result(gaps: &[(usize, usize)], f: impl Fn(usize, usize) -> c_int) -> c_
         }
     }
     rc
+}
+
+/// Whether `[s, e)` may touch memory of ours or a reservation of the program's.
+fn may_touch(s: usize, e: usize) -> bool {
+    table::may_overlap(s, e) || resv::may_overlap(s, e)
+}
+
+/// The program commits `[s, e)` (read-write): the empty reservation chunks holding it
+/// become regions first, their parts outside `[s, e)` PROT_NONE as they were.
+fn commit(s: usize, e: usize) {
+    for (a, z) in resv::take_for_commit(s, e) {
+        match new_region_at(a, z - a) {
+            Some(r) => {
+                table::insert(r, table::Kind::Reservation, z - a);
+                if a < s {
+                    sys::mprotect(a, s - a, libc::PROT_NONE);
+                }
+                if z > e {
+                    sys::mprotect(e, z - e, libc::PROT_NONE);
+                }
+            }
+            None => resv::give_back(a, z),
+        }
+    }
+}
+
+/// mmap(MAP_FIXED) of anonymous private memory, read-write or PROT_NONE, over `[s, e)`
+/// that may be ours: our pieces stay ours (fresh: discarded, then protected as asked),
+/// the rest goes to the kernel.
+fn map_fixed_anon(s: usize, e: usize, prot: c_int, flags: c_int, fd: c_int, off: off_t) -> c_int {
+    if prot == RW {
+        commit(s, e);
+    }
+    let (plan, ours) = table::remap_fresh(s, e);
+    let gaps = plan.gaps.clone();
+    plan.finish();
+    for (a, z) in ours {
+        sys::mprotect(a, z - a, prot);
+    }
+    gaps_result(&gaps, |a, n| {
+        // A fresh PROT_NONE mapping is still empty reserved space; a read-write one is
+        // the kernel's memory now.
+        if prot != libc::PROT_NONE {
+            resv::taken(a, a + n);
+        }
+        let off = off + (a - s) as off_t;
+        let r = sys::mmap(a as *mut c_void, n, prot, flags, fd, off);
+        if r == libc::MAP_FAILED {
+            -1
+        } else {
+            0
+        }
+    })
 }
 
 /// # Safety
@@ -556,22 +1042,53 @@ pub unsafe extern "C" fn mmap(
     fd: c_int,
     off: off_t,
 ) -> *mut c_void {
-    if STATE.load(Relaxed) == 1 {
-        if eligible(len, prot, flags, fd) {
-            if !bypass() {
-                let _g = enter();
-                if let Some(r) = new_region(len) {
-                    return table::insert(r, None, table::page_up(len)) as *mut c_void;
-                }
+    if STATE.load(Relaxed) != 1 || bypass() {
+        return sys::mmap(addr, len, prot, flags, fd, off);
+    }
+    let fixed = flags & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE) == libc::MAP_FIXED;
+    if eligible(len, prot, flags, fd) {
+        let _g = enter();
+        let plen = table::page_up(len);
+        if plen < heap::MID_MAX {
+            if let Some((a, r)) = heap::mid_alloc(plen) {
+                return table::insert_block(r, a, plen, true, table::Kind::Map, plen)
+                    as *mut c_void;
             }
-        } else if flags & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE) == libc::MAP_FIXED {
-            // A mapping placed over our memory: the engine gives that part up for good.
-            let s = addr as usize;
-            let e = s.saturating_add(table::page_up(len));
-            if s.is_multiple_of(table::PAGE) && table::may_overlap(s, e) && !bypass() {
-                let _g = enter();
-                table::unmap(s, e, true).finish();
+        }
+        if let Some(r) = new_region(len) {
+            let rlen = r.len();
+            let base = table::insert(r, table::Kind::Map, plen);
+            // The region's rounding past the mapping faults, as past a real mapping
+            // (mremap grows into it: read-write again).
+            if rlen > plen {
+                sys::mprotect(base + plen, rlen - plen, libc::PROT_NONE);
             }
+            return base as *mut c_void;
+        }
+    } else if reservation(len, prot, flags, fd) {
+        let p = sys::mmap(addr, len, prot, flags, fd, off);
+        if p != libc::MAP_FAILED {
+            let _g = enter();
+            resv::record(p as usize, p as usize + table::page_up(len));
+        }
+        return p;
+    } else if fixed {
+        let s = addr as usize;
+        let e = s.saturating_add(table::page_up(len));
+        if s.is_multiple_of(table::PAGE) && may_touch(s, e) {
+            let _g = enter();
+            if anon_private(flags, fd) && (prot == RW || prot == libc::PROT_NONE) {
+                // Commit or uncommit (a JVM does both so): ours stays ours.
+                return if map_fixed_anon(s, e, prot, flags, fd, off) == 0 {
+                    addr
+                } else {
+                    libc::MAP_FAILED
+                };
+            }
+            // Another mapping placed over our memory: the engine gives that part up
+            // for good; and it is no empty reservation any more.
+            table::unmap(s, e, true).finish();
+            resv::taken(s, e);
         }
     }
     sys::mmap(addr, len, prot, flags, fd, off)
@@ -593,15 +1110,45 @@ pub unsafe extern "C" fn mmap64(
 }
 
 /// # Safety
+/// The C `mprotect` contract.
+#[no_mangle]
+pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: size_t, prot: c_int) -> c_int {
+    let s = addr as usize;
+    let e = s.saturating_add(table::page_up(len));
+    if len == 0 || !s.is_multiple_of(table::PAGE) || !may_touch(s, e) || bypass() {
+        return sys::mprotect(s, len, prot);
+    }
+    let _g = enter();
+    if prot == RW {
+        commit(s, e);
+    }
+    let (live, holes, gaps) = table::live_parts(s, e);
+    let mut rc = gaps_result(&gaps, |a, n| {
+        if prot != libc::PROT_NONE {
+            resv::taken(a, a + n);
+        }
+        sys::mprotect(a, n, prot)
+    });
+    rc |= gaps_result(&live, |a, n| sys::mprotect(a, n, prot));
+    if !holes.is_empty() {
+        // Unmapped: the kernel's answer for unmapped memory.
+        sys::set_errno(libc::ENOMEM);
+        rc = -1;
+    }
+    rc
+}
+
+/// # Safety
 /// The C `munmap` contract.
 #[no_mangle]
 pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
     let s = addr as usize;
     let e = s.saturating_add(table::page_up(len));
-    if len == 0 || !s.is_multiple_of(table::PAGE) || !table::may_overlap(s, e) || bypass() {
+    if len == 0 || !s.is_multiple_of(table::PAGE) || !may_touch(s, e) || bypass() {
         return sys::munmap(addr, len);
     }
     let _g = enter();
+    resv::taken(s, e);
     let plan = table::unmap(s, e, false);
     let rc = gaps_result(&plan.gaps, |a, n| sys::munmap(a as *mut c_void, n));
     plan.finish();
@@ -622,8 +1169,7 @@ pub unsafe extern "C" fn mremap(
 ) -> *mut c_void {
     let s = old as usize;
     let old_end = s.saturating_add(table::page_up(old_len));
-    if old_len == 0 || !s.is_multiple_of(table::PAGE) || !table::may_overlap(s, old_end) || bypass()
-    {
+    if old_len == 0 || !s.is_multiple_of(table::PAGE) || !may_touch(s, old_end) || bypass() {
         return sys::mremap(old, old_len, new_len, flags, new_addr);
     }
     let _g = enter();
@@ -634,6 +1180,8 @@ pub unsafe extern "C" fn mremap(
     };
     let (base, room) = match table::remap_target(s, old_len, new_len) {
         table::Remap::NotOurs => {
+            // A reservation that moves or shrinks stops being one we follow.
+            resv::taken(s, old_end);
             if flags & libc::MREMAP_FIXED != 0 {
                 let t = new_addr as usize;
                 if table::may_overlap(t, t.saturating_add(new_len)) {
@@ -649,12 +1197,15 @@ pub unsafe extern "C" fn mremap(
         return fail(libc::EINVAL);
     }
     if new_len <= old_len {
-        let plan = table::unmap(s + new_len, s + old_len, false);
-        plan.finish();
+        // The tail becomes a PROT_NONE hole: a stray access faults as after a real
+        // shrink.
+        table::unmap(s + new_len, s + old_len, false).finish();
         return old;
     }
     if room {
+        // Back from a hole (or never used): mapped read-write again.
         table::add_live(base, s + old_len, s + new_len);
+        sys::mprotect(s + old_len, new_len - old_len, RW);
         return old;
     }
     if flags & libc::MREMAP_MAYMOVE == 0 {
@@ -667,7 +1218,7 @@ pub unsafe extern "C" fn mremap(
     // SAFETY: the old range is live memory of the program; the new region holds
     // `new_len` > `old_len` bytes; distinct mappings.
     unsafe { sys::copy(n, old, old_len) };
-    table::insert(r, None, new_len);
+    table::insert(r, table::Kind::Map, new_len);
     table::unmap(s, s + old_len, false).finish();
     n
 }

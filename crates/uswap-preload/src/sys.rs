@@ -111,6 +111,12 @@ pub fn mremap(
     ret(unsafe { libc::syscall(libc::SYS_mremap, old, old_len, new_len, flags, new_addr) })
 }
 
+/// mprotect of `[addr, addr + len)`, by address (ranges of ours and the program's).
+pub fn mprotect(addr: usize, len: usize, prot: c_int) -> c_int {
+    // SAFETY: the raw mprotect system call; the kernel checks the range.
+    unsafe { libc::syscall(libc::SYS_mprotect, addr, len, prot) as c_int }
+}
+
 pub fn madvise(addr: *mut c_void, len: usize, advice: c_int) -> c_int {
     // SAFETY: the raw madvise system call with the caller's arguments.
     unsafe { libc::syscall(libc::SYS_madvise, addr, len, advice) as c_int }
@@ -133,16 +139,6 @@ pub fn is_dev_zero(fd: c_int) -> bool {
         return false;
     }
     (st.st_mode & libc::S_IFMT) == libc::S_IFCHR && st.st_rdev == libc::makedev(1, 5)
-}
-
-/// This thread's name (PR_GET_NAME).
-pub fn thread_name_starts_with(prefix: &[u8]) -> bool {
-    let mut buf = [0u8; 17];
-    // SAFETY: PR_GET_NAME writes at most 16 bytes into the buffer.
-    if unsafe { libc::prctl(libc::PR_GET_NAME, buf.as_mut_ptr()) } != 0 {
-        return false;
-    }
-    buf.starts_with(prefix)
 }
 
 /// Write all of `bytes` to `fd`, ignoring errors.

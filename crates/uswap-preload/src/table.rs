@@ -10,11 +10,14 @@ use uswap::Region;
 
 pub const PAGE: usize = 4096;
 
-/// One uswap region and what the program still uses of it.
+/// One block of uswap memory (a whole region, or an extent of a heap slab) and what
+/// the program still uses of it.
 pub struct Entry {
     pub region: Arc<Region>,
-    /// Region length (2 MiB multiple).
+    /// Block length (a whole region: a 2 MiB multiple; a heap extent: pages).
     pub len: usize,
+    /// Carved from the mid-size heap (`crate::heap`): given back there when unused.
+    pub heap: bool,
     /// `Some(requested size)` for a malloc block (whose pointer is the region base).
     pub malloc_size: Option<usize>,
     /// Parts of the region's address range still mapped by the engine (a MAP_FIXED
@@ -37,6 +40,10 @@ pub static MMAP_REGIONS: AtomicUsize = AtomicUsize::new(0);
 pub static LIVE_REGIONS: AtomicUsize = AtomicUsize::new(0);
 pub static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
 pub static PEAK_LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
+/// Regions placed in the program's own reservations when it committed them.
+pub static RESERVATION_REGIONS: AtomicUsize = AtomicUsize::new(0);
+/// Blocks and mappings carved from the mid-size heap instead of a region each.
+pub static HEAP_BLOCKS: AtomicUsize = AtomicUsize::new(0);
 
 pub fn lock() -> MutexGuard<'static, BTreeMap<usize, Entry>> {
     TABLE.lock().unwrap_or_else(|p| p.into_inner())
@@ -51,24 +58,59 @@ pub fn page_up(n: usize) -> usize {
     n.saturating_add(PAGE - 1) & !(PAGE - 1)
 }
 
-/// Record a new region.
-pub fn insert(region: Arc<Region>, malloc_size: Option<usize>, live_len: usize) -> usize {
-    let base = region.as_ptr() as usize;
-    let len = region.len();
+/// What a new entry is.
+pub enum Kind {
+    /// A malloc block of this requested size (its pointer is the block start).
+    Malloc(usize),
+    /// An mmap mapping of the program (`live_len` bytes of it mapped).
+    Map,
+    /// A region put into a reservation of the program when it committed part of it.
+    Reservation,
+}
+
+/// Record a whole region as one block.
+pub fn insert(region: Arc<Region>, kind: Kind, live_len: usize) -> usize {
+    let (base, len) = (region.as_ptr() as usize, region.len());
+    insert_block(region, base, len, false, kind, live_len)
+}
+
+/// Record a block `[base, base + len)` of `region` (a heap extent when `heap`).
+pub fn insert_block(
+    region: Arc<Region>,
+    base: usize,
+    len: usize,
+    heap: bool,
+    kind: Kind,
+    live_len: usize,
+) -> usize {
     LO.fetch_min(base, Relaxed);
     HI.fetch_max(base + len, Relaxed);
-    REGIONS_CREATED.fetch_add(1, Relaxed);
+    if heap {
+        HEAP_BLOCKS.fetch_add(1, Relaxed);
+    } else {
+        REGIONS_CREATED.fetch_add(1, Relaxed);
+    }
     LIVE_REGIONS.fetch_add(1, Relaxed);
     let live = LIVE_BYTES.fetch_add(len, Relaxed) + len;
     PEAK_LIVE_BYTES.fetch_max(live, Relaxed);
-    if malloc_size.is_some() {
-        MALLOC_BLOCKS.fetch_add(1, Relaxed);
-    } else {
-        MMAP_REGIONS.fetch_add(1, Relaxed);
-    }
+    let malloc_size = match kind {
+        Kind::Malloc(size) => {
+            MALLOC_BLOCKS.fetch_add(1, Relaxed);
+            Some(size)
+        }
+        Kind::Map => {
+            MMAP_REGIONS.fetch_add(1, Relaxed);
+            None
+        }
+        Kind::Reservation => {
+            RESERVATION_REGIONS.fetch_add(1, Relaxed);
+            None
+        }
+    };
     let entry = Entry {
         region,
         len,
+        heap,
         malloc_size,
         owned: vec![(base, base + len)],
         live: vec![(base, base + live_len.min(len))],
@@ -99,9 +141,9 @@ pub fn set_block_size(p: usize, size: usize) {
     }
 }
 
-/// Take the malloc block at `p` out of the table; the caller drops the region (outside
-/// the lock). None: not one of ours.
-pub fn take_block(p: usize) -> Option<Arc<Region>> {
+/// Take the malloc block at `p` out of the table; the caller releases it (outside the
+/// lock). None: not one of ours.
+pub fn take_block(p: usize) -> Option<Released> {
     if !may_overlap(p, p + 1) {
         return None;
     }
@@ -109,7 +151,41 @@ pub fn take_block(p: usize) -> Option<Arc<Region>> {
     t.get(&p)?.malloc_size?;
     let e = t.remove(&p)?;
     retire(&e);
-    Some(e.region)
+    Some(Released::of(p, e))
+}
+
+/// A block the program no longer uses at all: its region is dropped (unregistered and
+/// unmapped) or, for a heap extent, the extent goes back to the heap.
+pub enum Released {
+    /// Dropping it destroys the region.
+    Region { _region: Arc<Region> },
+    Heap {
+        base: usize,
+        len: usize,
+        region: Arc<Region>,
+    },
+}
+
+impl Released {
+    fn of(base: usize, e: Entry) -> Released {
+        if e.heap {
+            Released::Heap {
+                base,
+                len: e.len,
+                region: e.region,
+            }
+        } else {
+            Released::Region { _region: e.region }
+        }
+    }
+}
+
+impl Drop for Released {
+    fn drop(&mut self) {
+        if let Released::Heap { base, len, region } = self {
+            crate::heap::mid_release(*base, *len, region);
+        }
+    }
 }
 
 /// Remove `[s, e)` from a list of disjoint intervals.
@@ -141,18 +217,29 @@ pub struct Plan {
     pub gaps: Vec<(usize, usize)>,
     /// (region, offset, len) to discard.
     pub discard: Vec<(Arc<Region>, usize, usize)>,
-    /// Regions no longer used at all.
-    pub drop: Vec<Arc<Region>>,
+    /// Ranges the program unmapped in blocks that live on: PROT_NONE after their
+    /// discard, so that a stray access gets SIGSEGV as on unmapped memory.
+    pub holes: Vec<(usize, usize)>,
+    /// Blocks no longer used at all.
+    pub drop: Vec<Released>,
 }
 
 impl Plan {
-    /// Carry out the discards and drops (outside the lock).
+    /// Carry out the discards, hole protection and drops (outside the lock).
     pub fn finish(self) {
         for (r, off, len) in self.discard {
             let _ = r.discard(off, len);
         }
+        for (a, z) in self.holes {
+            crate::sys::mprotect(a, z - a, libc::PROT_NONE);
+        }
         drop(self.drop);
     }
+}
+
+/// `[s, e)` (inside one region) as (region, offset in it, len).
+fn region_part(r: &Arc<Region>, s: usize, e: usize) -> (Arc<Region>, usize, usize) {
+    (r.clone(), s - r.as_ptr() as usize, e - s)
 }
 
 /// Bases of the entries whose owned part meets `[s, e)`, ascending.
@@ -213,7 +300,10 @@ pub fn unmap(s: usize, e: usize, fixed: bool) -> Plan {
             subtract(&mut en.owned, ps, pe);
             en.pinned = true;
         }
-        plan.discard.push((en.region.clone(), ps - b, pe - ps));
+        plan.discard.push(region_part(&en.region, ps, pe));
+        if !fixed {
+            plan.holes.push((ps, pe));
+        }
         touched.push(b);
     }
     touched.dedup();
@@ -221,17 +311,22 @@ pub fn unmap(s: usize, e: usize, fixed: bool) -> Plan {
         if t[&b].live.is_empty() {
             let en = t.remove(&b).expect("entry");
             retire(&en);
-            // Its discards are moot once it is dropped.
-            plan.discard.retain(|(r, _, _)| !Arc::ptr_eq(r, &en.region));
+            // Its discards and holes are moot once it is dropped.
+            plan.discard.retain(|(r, off, _)| {
+                let a = r.as_ptr() as usize + off;
+                !(Arc::ptr_eq(r, &en.region) && a >= b && a < b + en.len)
+            });
+            plan.holes.retain(|&(a, _)| !(a >= b && a < b + en.len));
             if en.pinned {
                 // A foreign mapping lies inside: dropping would unmap it too. Keep the
-                // region (its pages are discarded) for the rest of the process.
+                // block (its pages are discarded) for the rest of the process.
                 for &(a, z) in &en.owned {
-                    plan.discard.push((en.region.clone(), a - b, z - a));
+                    plan.discard.push(region_part(&en.region, a, z));
+                    plan.holes.push((a, z));
                 }
                 std::mem::forget(en.region);
             } else {
-                plan.drop.push(en.region);
+                plan.drop.push(Released::of(b, en));
             }
         }
     }
@@ -247,9 +342,51 @@ pub fn discard(s: usize, e: usize) -> Plan {
         ..Default::default()
     };
     for (b, ps, pe) in ours {
-        plan.discard.push((t[&b].region.clone(), ps - b, pe - ps));
+        plan.discard.push(region_part(&t[&b].region, ps, pe));
     }
     plan
+}
+
+/// A mapping the program placed over `[s, e)` (MAP_FIXED, anonymous private,
+/// read-write or PROT_NONE): our pieces of it stay ours, their contents discarded
+/// (a fresh mapping reads as zeros) and mapped for the program again. Returns the
+/// pieces (to protect as asked, after the discards) and the gaps (the kernel's).
+pub fn remap_fresh(s: usize, e: usize) -> (Plan, Vec<(usize, usize)>) {
+    let mut t = lock();
+    let (ours, gaps) = pieces(&t, s, e);
+    let mut plan = Plan {
+        gaps,
+        ..Default::default()
+    };
+    let mut protect = Vec::new();
+    for (b, ps, pe) in ours {
+        let en = t.get_mut(&b).expect("entry");
+        plan.discard.push(region_part(&en.region, ps, pe));
+        add_live_to(en, ps, pe);
+        protect.push((ps, pe));
+    }
+    (plan, protect)
+}
+
+/// The parts of `[s, e)` the program has mapped in our blocks (for mprotect), the
+/// parts it unmapped (holes), and the gaps that are not ours.
+pub type Parts = Vec<(usize, usize)>;
+pub fn live_parts(s: usize, e: usize) -> (Parts, Parts, Parts) {
+    let t = lock();
+    let (ours, gaps) = pieces(&t, s, e);
+    let (mut live, mut holes) = (Vec::new(), Vec::new());
+    for (b, ps, pe) in ours {
+        let mut rest = vec![(ps, pe)];
+        for &(a, z) in &t[&b].live {
+            let (ls, le) = (a.max(ps), z.min(pe));
+            if ls < le {
+                live.push((ls, le));
+                subtract(&mut rest, ls, le);
+            }
+        }
+        holes.extend(rest);
+    }
+    (live, holes, gaps)
 }
 
 /// Only the gaps of `[s, e)` (for advice that is a no-op on our memory).
@@ -290,18 +427,22 @@ pub fn remap_target(old: usize, old_len: usize, new_len: usize) -> Remap {
 /// Grow a live part in place: `[s, e)` becomes live.
 pub fn add_live(base: usize, s: usize, e: usize) {
     if let Some(en) = lock().get_mut(&base) {
-        en.live.push((s, e));
-        en.live.sort_unstable();
-        // Merge touching intervals.
-        let mut out: Vec<(usize, usize)> = Vec::with_capacity(en.live.len());
-        for &(a, z) in &en.live {
-            match out.last_mut() {
-                Some(l) if l.1 >= a => l.1 = l.1.max(z),
-                _ => out.push((a, z)),
-            }
-        }
-        en.live = out;
+        add_live_to(en, s, e);
     }
+}
+
+fn add_live_to(en: &mut Entry, s: usize, e: usize) {
+    en.live.push((s, e));
+    en.live.sort_unstable();
+    // Merge touching intervals.
+    let mut out: Vec<(usize, usize)> = Vec::with_capacity(en.live.len());
+    for &(a, z) in &en.live {
+        match out.last_mut() {
+            Some(l) if l.1 >= a => l.1 = l.1.max(z),
+            _ => out.push((a, z)),
+        }
+    }
+    en.live = out;
 }
 
 #[cfg(test)]

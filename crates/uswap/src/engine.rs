@@ -143,7 +143,9 @@ impl Engine {
             cfg,
         });
         Threads::spawn(&engine)?;
-        crate::fork::register_hooks();
+        if engine.cfg.fork_hooks {
+            crate::fork::register_hooks();
+        }
         let mut g = ENGINES.lock().unwrap_or_else(|p| p.into_inner());
         g.retain(|w| w.strong_count() > 0);
         g.push(Arc::downgrade(&engine));

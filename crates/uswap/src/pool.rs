@@ -100,6 +100,7 @@ pub struct PoolBuilder {
     pub(crate) spin_us: u32,
     pub(crate) io_poll_us: u32,
     pub(crate) fault_mode: FaultMode,
+    pub(crate) fork_hooks: bool,
     pub(crate) inject: FaultInjection,
 }
 
@@ -120,6 +121,7 @@ impl Default for PoolBuilder {
             spin_us: 0,
             io_poll_us: 0,
             fault_mode: FaultMode::Handler,
+            fork_hooks: true,
             inject: FaultInjection::default(),
         }
     }
@@ -204,6 +206,14 @@ impl PoolBuilder {
         self.fault_mode = m;
         self
     }
+    /// Register the fork hooks (`prepare_fork`, `after_fork_*`) with `pthread_atfork`
+    /// when the pool starts (default on), so that fork(2) just works. A caller that
+    /// calls the hooks from its own `pthread_atfork` handlers, and must order them with
+    /// its own locks (the LD_PRELOAD library does), turns this off.
+    pub fn fork_hooks(mut self, on: bool) -> Self {
+        self.fork_hooks = on;
+        self
+    }
     /// Inject backend I/O errors (for tests).
     pub fn inject_io_errors(mut self, f: FaultInjection) -> Self {
         self.inject = f;
@@ -242,6 +252,28 @@ impl Pool {
 
     /// A region with its own policies.
     pub fn region_with(&self, size: u64, opts: RegionOptions) -> Result<Region> {
+        self.make_region(size, opts, None)
+    }
+
+    /// A region placed at `addr` (2 MiB aligned), for callers that reserved address
+    /// space first and put uswap memory into it later (`uswap run` for a JVM heap, an
+    /// allocator's arena). The region replaces whatever was mapped at
+    /// `[addr, addr + size rounded up to 2 MiB)` (MAP_FIXED); if creation fails, that
+    /// range is left mapped PROT_NONE. Dropping the region unmaps the range.
+    ///
+    /// # Safety
+    /// The caller owns that range (an empty reservation of its own, e.g. a PROT_NONE
+    /// mapping) and nothing else uses it: its contents are lost.
+    pub unsafe fn region_at(
+        &self,
+        addr: *mut u8,
+        size: u64,
+        opts: RegionOptions,
+    ) -> Result<Region> {
+        self.make_region(size, opts, Some(addr as usize))
+    }
+
+    fn make_region(&self, size: u64, opts: RegionOptions, at: Option<usize>) -> Result<Region> {
         let in_thread =
             opts.fault_mode.unwrap_or(self.engine.cfg.fault_mode) == FaultMode::InThread;
         let policy = RegionPolicy {
@@ -253,7 +285,7 @@ impl Pool {
             },
             readahead: opts.readahead.unwrap_or(self.engine.cfg.readahead),
         };
-        let inner = crate::regions::create(&self.engine, size, policy, in_thread)?;
+        let inner = crate::regions::create(&self.engine, size, policy, in_thread, at)?;
         // Its page map counts against the budget: make room before handing it out.
         self.engine.commit_metadata(&inner);
         self.engine.threads.add_user();

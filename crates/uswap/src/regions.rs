@@ -10,7 +10,7 @@ use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::pagemap::{PageState, RegionInner, RegionPolicy, UnitPages};
 use crate::stats::Counters;
-use crate::sys::mem::{map_aligned, unmap};
+use crate::sys::mem::{map_aligned, map_fixed, unmap};
 use crate::sys::uffd::{REGISTER_MISSING, REGISTER_WP};
 use crate::tier::SlotMeta;
 use crate::{PAGE_SIZE, UNIT_PAGES, UNIT_SIZE};
@@ -96,11 +96,15 @@ fn metadata_of(len: usize) -> u64 {
 
 /// Map, register and account a new region; its metadata is reserved, to be
 /// committed (`Budget::commit_metadata`) once reclaim made room.
+/// `at`: map the region there (2 MiB aligned; the caller owns that range, an empty
+/// reservation, which the region replaces and which is put back as a PROT_NONE
+/// reservation if creation fails). None: anywhere.
 pub(crate) fn create(
     e: &Engine,
     size: u64,
     policy: RegionPolicy,
     in_thread: bool,
+    at: Option<usize>,
 ) -> Result<Arc<RegionInner>> {
     let _a = e.fork.enter();
     if size == 0 {
@@ -141,9 +145,18 @@ pub(crate) fn create(
     } else {
         e.uffd.clone()
     };
-    let base = map_aligned(len, huge)?;
+    let base = match at {
+        Some(a) => map_fixed(a, len, libc::PROT_READ | libc::PROT_WRITE, huge)?,
+        None => map_aligned(len, huge)?,
+    };
     if let Err(source) = uffd.register(base, len, REGISTER_MISSING | REGISTER_WP) {
-        unmap(base, len);
+        match at {
+            // Give a fixed range back as the reservation it was.
+            Some(a) => {
+                let _ = map_fixed(a, len, libc::PROT_NONE, false);
+            }
+            None => unmap(base, len),
+        }
         return Err(Error::Sys {
             op: "UFFDIO_REGISTER",
             source,

@@ -451,3 +451,55 @@ fn drop_frees_slots_and_swap_file_is_private() {
     }
     std::fs::remove_dir(&dir).unwrap();
 }
+
+/// Whether the page at `addr` is mapped (mincore fails with ENOMEM on unmapped memory).
+fn mapped(addr: usize) -> bool {
+    let mut v = 0u8;
+    // SAFETY: mincore only reads the page tables; `v` receives one byte.
+    unsafe { libc::mincore(addr as *mut libc::c_void, PAGE_SIZE, &mut v) == 0 }
+}
+
+#[test]
+fn region_at_a_reservation_of_the_caller() {
+    const LEN: usize = 64 << 20;
+    // A PROT_NONE reservation, 2 MiB aligned, with room on both sides.
+    // SAFETY: a fresh anonymous reservation of our own.
+    let raw = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            LEN + (4 << 20),
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(raw, libc::MAP_FAILED);
+    let at = (raw as usize + (2 << 20)) & !((2 << 20) - 1);
+    let p = pool(16 * MIB);
+    // Not 2 MiB aligned: refused, the reservation left as it was.
+    // SAFETY: our own reservation.
+    let bad = unsafe {
+        p.region_at(
+            (at + 4096) as *mut u8,
+            LEN as u64 / 2,
+            RegionOptions::default(),
+        )
+    };
+    assert!(bad.is_err());
+    assert!(mapped(at + 4096));
+    // SAFETY: our own reservation, nothing else uses it.
+    let r = unsafe { p.region_at(at as *mut u8, LEN as u64, RegionOptions::default()) }.unwrap();
+    assert_eq!(r.as_ptr() as usize, at);
+    assert_eq!(r.len(), LEN);
+    fill(r.as_words(), 7);
+    check(r.as_words(), 7);
+    let c = p.counters();
+    assert!(c.pswpout > 0 && c.pswpin > 0, "{c:?}");
+    // Dropped: its range is unmapped, the rest of the reservation is still there.
+    drop(r);
+    assert!(!mapped(at) && !mapped(at + LEN - PAGE_SIZE));
+    assert!(mapped(raw as usize));
+    // SAFETY: unmaps the rest of our reservation.
+    unsafe { libc::munmap(raw, LEN + (4 << 20)) };
+}

@@ -292,10 +292,15 @@ fn copy_out(e: &Engine, r: &RegionInner, addr: usize, frame: usize) -> bool {
         let _ = r.uffd.write_protect(addr, PAGE_SIZE, false, Wake::Yes);
         return false;
     }
-    // SAFETY: the region page is present (checked under the unit lock, which every
-    // change of it takes) and write-protected, so nobody changes it now; the frame is
-    // ours and populated.
-    unsafe { crate::sys::mem::copy_page(frame, addr) };
+    // Read through /proc/self/mem: the program may have made the page PROT_NONE,
+    // and a plain copy would then fault in this thread.
+    // SAFETY: the frame is ours, populated, and nobody else writes it; the region page
+    // is present (checked under the unit lock, which every change of it takes) and
+    // write-protected, so nobody changes it meanwhile.
+    if !unsafe { crate::sys::mem::read_own_memory(addr, frame, PAGE_SIZE) } {
+        let _ = r.uffd.write_protect(addr, PAGE_SIZE, false, Wake::Yes);
+        return false;
+    }
     e.zapper.zap(&[(addr, PAGE_SIZE)]);
     true
 }

@@ -46,6 +46,57 @@ pub(crate) fn map_aligned(len: usize, huge: bool) -> Result<usize> {
     Ok(aligned)
 }
 
+/// An anonymous private mapping of `len` bytes at `addr` (MAP_FIXED: it replaces what
+/// the caller had there), with THP advice as in [`map_aligned`]. `addr` must be 2 MiB
+/// aligned.
+pub(crate) fn map_fixed(addr: usize, len: usize, prot: libc::c_int, huge: bool) -> Result<usize> {
+    if !addr.is_multiple_of(UNIT_SIZE) {
+        return Err(Error::InvalidRegionSize {
+            size: len as u64,
+            reason: format!("region address {addr:#x} is not 2 MiB aligned"),
+        });
+    }
+    // SAFETY: MAP_FIXED over a range the caller of `Pool::region_at` owns and gave us.
+    let p = unsafe {
+        libc::mmap(
+            addr as *mut libc::c_void,
+            len,
+            prot,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(Error::sys("mmap"));
+    }
+    let adv = if huge {
+        libc::MADV_HUGEPAGE
+    } else {
+        libc::MADV_NOHUGEPAGE
+    };
+    // SAFETY: advice on the mapping made above.
+    unsafe { libc::madvise(addr as *mut libc::c_void, len, adv) };
+    Ok(p as usize)
+}
+
+/// Copy `len` bytes of this process's memory at `src` into `dst` whatever the
+/// protection of `src` (the program may have made it PROT_NONE: `uswap run` leaves
+/// holes and uncommitted parts of reservations so): a pread of /proc/self/mem.
+///
+/// # Safety
+/// `dst` must be `len` bytes of a live, present, writable mapping of the engine's that
+/// nobody else writes meanwhile.
+pub(crate) unsafe fn read_own_memory(src: usize, dst: usize, len: usize) -> bool {
+    use std::os::unix::fs::FileExt;
+    let Ok(f) = std::fs::File::open("/proc/self/mem") else {
+        return false;
+    };
+    // SAFETY: the caller's contract; the slice lives only for this call.
+    let buf = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, len) };
+    matches!(f.read_at(buf, src as u64), Ok(n) if n == len)
+}
+
 /// Unmap a range this engine mapped and no longer hands out.
 pub(crate) fn unmap(addr: usize, len: usize) {
     // SAFETY: the caller owns the range and nothing refers to it any more.
@@ -57,16 +108,6 @@ pub(crate) fn populate_write(addr: usize, len: usize) -> bool {
     // SAFETY: populates a range of a mapping the engine owns; no data is changed
     // (missing pages become zero pages of our own, present ones are untouched).
     unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_POPULATE_WRITE) == 0 }
-}
-
-/// Copy one page between two mappings the engine owns.
-///
-/// # Safety
-/// Both ranges must be present (mapped in this process) so that the copy cannot
-/// fault to our own userfaultfd, and nobody may write `dst` meanwhile.
-pub(crate) unsafe fn copy_page(dst: usize, src: usize) {
-    // SAFETY: the caller's contract.
-    unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, PAGE_SIZE) };
 }
 
 /// Frees pages of this process's mappings with MADV_DONTNEED: one `process_madvise`

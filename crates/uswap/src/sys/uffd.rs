@@ -320,19 +320,34 @@ impl Uffd {
             mode |= COPY_MODE_DONTWAKE;
         }
         let mut done = 0usize;
+        // Page by page once a range spanning several mappings was refused.
+        let mut single = false;
         while done < len {
             let mut c = UffdioCopy {
                 dst: (dst + done) as u64,
                 src: src.wrapping_add(done) as u64,
-                len: (len - done) as u64,
+                len: if single {
+                    crate::PAGE_SIZE as u64
+                } else {
+                    (len - done) as u64
+                },
                 mode,
                 copy: 0,
             };
             match ioctl(self.raw(), UFFDIO_COPY, &mut c) {
+                Ok(()) if single => done += crate::PAGE_SIZE,
                 Ok(()) => return Ok(()),
                 Err(e) => {
                     let progress = c.copy.max(0) as usize;
                     match e.raw_os_error() {
+                        // The range is not one mapping: the program changed the
+                        // protection of part of it (mprotect splits the mapping; `uswap
+                        // run` leaves uncommitted and unmapped parts PROT_NONE). Each
+                        // page lies in one mapping: go on page by page.
+                        Some(libc::ENOENT) if !single && len - done > crate::PAGE_SIZE => {
+                            done += progress;
+                            single = true;
+                        }
                         Some(libc::EAGAIN) => {
                             if progress == 0 {
                                 std::thread::yield_now();
