@@ -157,11 +157,24 @@ impl Mounted {
     pub fn unmount(mut self, wait: Duration) -> Result<(), String> {
         let mut problems = Vec::new();
         let c = cstr(&self.mountpoint).map_err(|e| e.to_string())?;
-        // SAFETY: umount2 with a NUL-terminated path.
-        if unsafe { libc::umount2(c.as_ptr(), 0) } != 0 {
+        // EBUSY can be passing: a process forked by another thread of this test
+        // process holds every descriptor until it execs. Try again for a second.
+        let mut tries = 0;
+        let result = loop {
+            // SAFETY: umount2 with a NUL-terminated path.
+            if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
+                break Ok(());
+            }
             let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EBUSY) || tries == 50 {
+                break Err(e);
+            }
+            tries += 1;
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        if let Err(e) = result {
             if e.raw_os_error() != Some(libc::EINVAL) {
-                // EBUSY: still in use (an open fd, a loop device): abort and detach.
+                // Still in use (an open fd, a loop device): abort and detach.
                 problems.push(format!(
                     "{} was busy at unmount ({e}): connection aborted, mount detached",
                     self.mountpoint.display()
