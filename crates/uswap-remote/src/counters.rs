@@ -23,6 +23,7 @@ pub(crate) struct Counters {
     pub connection_losses: AtomicU64,
     pub cluster_down: AtomicU64,
     pub timeouts: AtomicU64,
+    pub reconnects: AtomicU64,
     pub deletes: AtomicU64,
     pub delete_errors: AtomicU64,
     pub ttl_refreshes: AtomicU64,
@@ -110,6 +111,8 @@ pub struct RemoteCounters {
     pub cluster_down: u64,
     /// Attempts that ran past `op_timeout`.
     pub timeouts: u64,
+    /// Connections replaced after answering nothing twice in a row.
+    pub reconnects: u64,
     /// Ids deleted.
     pub deletes: u64,
     /// Delete requests that failed (their keys expire with the TTL).
@@ -145,6 +148,7 @@ impl Counters {
             connection_losses: l(&self.connection_losses),
             cluster_down: l(&self.cluster_down),
             timeouts: l(&self.timeouts),
+            reconnects: l(&self.reconnects),
             deletes: l(&self.deletes),
             delete_errors: l(&self.delete_errors),
             ttl_refreshes: l(&self.ttl_refreshes),

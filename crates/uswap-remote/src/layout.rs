@@ -103,6 +103,22 @@ pub fn group_of(id: u64) -> u64 {
     id / GROUP_IDS
 }
 
+/// The cluster slot of a key: CRC16 (XMODEM) of its hash tag, mod 16384, as Redis Cluster
+/// computes it.
+pub fn slot_of(key: &str) -> u16 {
+    let key = key.as_bytes();
+    let tag = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            let close = rest.iter().position(|&b| b == b'}')?;
+            (close > 0).then(|| &rest[..close])
+        })
+        .unwrap_or(key);
+    crc16::State::<crc16::XMODEM>::calculate(tag) % 16384
+}
+
 fn checksum(prefix: &Prefix, head: &[u8], payload: &[u8]) -> u32 {
     crc32c::crc32c_append(crc32c::crc32c_append(prefix.crc_seed, head), payload)
 }
@@ -233,5 +249,10 @@ mod tests {
         let key = p.group_key(0x1234);
         assert_eq!(key, format!("uswap:{{{}.1234}}", p.as_hex()));
         assert!(!format!("{p:?}").contains(p.as_hex()));
+        // Redis Cluster's reference values
+        assert_eq!(slot_of("123456789"), 0x31c3);
+        assert_eq!(slot_of("foo"), 12182);
+        assert_eq!(slot_of("x{foo}y"), 12182);
+        assert_eq!(slot_of("{}foo"), slot_of("{}foo"));
     }
 }

@@ -88,6 +88,7 @@
 
 mod completion;
 mod config;
+mod conn;
 mod counters;
 mod error;
 pub mod layout;

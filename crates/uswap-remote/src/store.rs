@@ -9,18 +9,20 @@ use std::time::{Duration, Instant};
 
 use futures_util::stream::{self, StreamExt};
 use redis::cluster::ClusterClientBuilder;
-use redis::cluster_async::ClusterConnection;
 use redis::{
     ErrorKind, IntoConnectionInfo, Pipeline, RedisError, RedisWrite, ServerErrorKind, ToRedisArgs,
     Value,
 };
 
 use crate::completion::{Completion, CompletionQueue};
+use crate::conn::Conn;
 use crate::counters::Counters;
 use crate::layout::{self, group_of, Prefix};
 use crate::live::LiveSet;
 use crate::{RemoteConfig, RemoteCounters, RemoteError};
 
+/// How often the store reads the cluster's layout.
+const TOPOLOGY_PERIOD: Duration = Duration::from_millis(500);
 /// Most payload bytes in one `HSET` (Redis refuses a request over `client-query-buffer-limit`,
 /// 1 GiB by default; smaller commands also keep one slow write from holding a connection long).
 const HSET_BYTES: usize = 32 << 20;
@@ -33,7 +35,8 @@ const MAX_BACKOFF: Duration = Duration::from_millis(200);
 pub struct RemoteStore {
     shared: Arc<Shared>,
     runtime: Option<tokio::runtime::Runtime>,
-    refresher: Option<tokio::task::JoinHandle<()>>,
+    /// the TTL refresh and topology loops
+    background: Vec<tokio::task::JoinHandle<()>>,
 }
 
 /// A handle for one engine thread: requests go out without blocking, completions come back
@@ -67,16 +70,20 @@ struct Shared {
     replicas_to_wait: u32,
     runtime: tokio::runtime::Handle,
     /// reads only, so a fault never waits behind a write's `WAIT`
-    reads: ClusterConnection,
+    reads: Conn,
     /// writes; a group always uses the same one (its writes stay in order)
-    writes: Vec<ClusterConnection>,
+    writes: Vec<Conn>,
     /// deletes, TTL refresh, close
-    background: ClusterConnection,
+    background: Conn,
     /// guarded: live ids and their generations
     live: Mutex<LiveSet>,
     counters: Counters,
-    /// guarded: addresses that were primaries (a MOVED to another one is a failover seen)
+    /// guarded: addresses that were primaries (a new one is a failover seen)
     primaries: Mutex<HashSet<String>>,
+    /// guarded: healthy replicas per slot, from the last `CLUSTER NODES` (every
+    /// `TOPOLOGY_PERIOD`): a write to a shard that cannot satisfy `WAIT` fails at once
+    /// instead of holding a connection for `wait_timeout`
+    slot_replicas: Mutex<Arc<Vec<u8>>>,
     closed: AtomicBool,
     in_flight: AtomicUsize,
 }
@@ -119,10 +126,43 @@ impl Drop for InFlight {
 
 enum Failure {
     Transient(String),
+    /// no answer in time (twice in a row: the connection is rebuilt)
+    Timeout(String),
     Fatal(RemoteError),
 }
 
 impl Shared {
+    /// Takes a fresh layout of the cluster: per-slot replica health, and new primaries (a
+    /// failover seen).
+    fn update_layout(&self, layout: Layout) {
+        {
+            let mut primaries = self.primaries.lock().expect("primaries");
+            for p in layout.primaries {
+                if primaries.insert(p) {
+                    Counters::add(&self.counters.failovers_seen, 1);
+                }
+            }
+        }
+        *self.slot_replicas.lock().expect("topology") = Arc::new(layout.slot_replicas);
+    }
+
+    /// Asks a random node for the layout (bounded by `op_timeout`, no retry: the next round
+    /// asks again).
+    async fn fetch_layout(&self) -> Option<Layout> {
+        let (_, mut conn) = self.background.get();
+        let ask = conn.route_command(
+            redis::cmd("CLUSTER").arg("NODES").clone(),
+            redis::cluster_routing::RoutingInfo::SingleNode(
+                redis::cluster_routing::SingleNodeRoutingInfo::Random,
+            ),
+        );
+        match tokio::time::timeout(self.cfg.op_timeout, ask).await {
+            Ok(Ok(Value::BulkString(text))) => parse_nodes(&String::from_utf8_lossy(&text)),
+            Ok(Ok(Value::VerbatimString { text, .. })) => parse_nodes(&text),
+            _ => None,
+        }
+    }
+
     /// Sorts an error into retry-worthy or final, counting what it says about the cluster.
     fn classify(&self, e: &RedisError) -> Failure {
         let c = &self.counters;
@@ -158,28 +198,48 @@ impl Shared {
             ErrorKind::Io | ErrorKind::ClusterConnectionNotFound | ErrorKind::Parse => {
                 if e.is_timeout() {
                     Counters::add(&c.timeouts, 1);
+                    Failure::Timeout(e.to_string())
                 } else {
                     Counters::add(&c.connection_losses, 1);
+                    Failure::Transient(e.to_string())
                 }
-                Failure::Transient(e.to_string())
             }
             _ => Failure::Fatal(RemoteError::Server(e.to_string())),
         }
     }
 
+    /// `NotReplicated` when the primary serving `slot` has fewer healthy replicas than
+    /// `replicas_to_wait` (as the last layout says): a `WAIT` there could only time out, and
+    /// would hold the connection for `wait_timeout` meanwhile.
+    fn replica_shortfall(&self, slot: u16) -> Option<RemoteError> {
+        let healthy = self.slot_replicas.lock().expect("topology")[slot as usize];
+        (healthy != NO_PRIMARY && (healthy as u32) < self.replicas_to_wait).then_some(
+            RemoteError::NotReplicated {
+                acked: healthy as u32,
+                wanted: self.replicas_to_wait,
+            },
+        )
+    }
+
     /// Runs `pipe` (all of one slot) on `conn`, retrying transient failures for `retry_for`;
     /// each attempt bounded by `op_timeout`. Error replies inside the pipeline count too.
+    /// `waits_on`: the slot of a pipeline ending in `WAIT`, checked before every attempt.
     async fn run(
         &self,
-        conn: &ClusterConnection,
+        conn: &Conn,
         pipe: &Pipeline,
+        waits_on: Option<u16>,
     ) -> Result<Vec<Value>, RemoteError> {
         let start = Instant::now();
         let mut backoff = Duration::from_millis(2);
         let mut attempts = 0u32;
+        let mut timeouts_in_a_row = 0;
         loop {
             attempts += 1;
-            let mut c = conn.clone();
+            if let Some(shortfall) = waits_on.and_then(|slot| self.replica_shortfall(slot)) {
+                return Err(shortfall);
+            }
+            let (generation, mut c) = conn.get();
             let attempt = tokio::time::timeout(
                 self.cfg.op_timeout,
                 redis::aio::ConnectionLike::req_packed_commands(&mut c, pipe, 0, pipe.len()),
@@ -200,7 +260,7 @@ impl Shared {
                 Ok(Err(e)) => self.classify(&e),
                 Err(_) => {
                     Counters::add(&self.counters.timeouts, 1);
-                    Failure::Transient(format!(
+                    Failure::Timeout(format!(
                         "no answer within op_timeout {:?}",
                         self.cfg.op_timeout
                     ))
@@ -208,7 +268,19 @@ impl Shared {
             };
             let last = match failure {
                 Failure::Fatal(e) => return Err(e),
-                Failure::Transient(last) => last,
+                Failure::Transient(last) => {
+                    timeouts_in_a_row = 0;
+                    last
+                }
+                Failure::Timeout(last) => {
+                    timeouts_in_a_row += 1;
+                    if timeouts_in_a_row >= 2 && conn.rebuild(generation, self.cfg.op_timeout).await
+                    {
+                        Counters::add(&self.counters.reconnects, 1);
+                        timeouts_in_a_row = 0;
+                    }
+                    last
+                }
             };
             let waited = start.elapsed();
             if waited + backoff >= self.cfg.retry_for {
@@ -224,7 +296,7 @@ impl Shared {
         }
     }
 
-    fn write_conn(&self, group: u64) -> &ClusterConnection {
+    fn write_conn(&self, group: u64) -> &Conn {
         &self.writes[(group % self.writes.len() as u64) as usize]
     }
 
@@ -279,6 +351,7 @@ impl Shared {
         items: Vec<(u64, u64, Vec<u8>)>,
     ) -> Result<(), RemoteError> {
         let key = self.prefix.group_key(group);
+        let slot = layout::slot_of(&key);
         let mut pipe = redis::pipe();
         let mut in_cmd = usize::MAX;
         for (id, generation, payload) in &items {
@@ -299,7 +372,13 @@ impl Shared {
                 .arg(self.replicas_to_wait)
                 .arg(self.cfg.wait_timeout.as_millis() as u64);
         }
-        let mut result = self.run(self.write_conn(group), &pipe).await;
+        let mut result = self
+            .run(
+                self.write_conn(group),
+                &pipe,
+                (self.replicas_to_wait > 0).then_some(slot),
+            )
+            .await;
         if let Ok(values) = &result {
             if self.replicas_to_wait > 0 {
                 let acked = match values.last() {
@@ -350,7 +429,7 @@ impl Shared {
             let _guard = guard;
             let mut pipe = redis::pipe();
             pipe.cmd("HDEL").arg(&key).arg(&fields);
-            if shared.run(&shared.background, &pipe).await.is_err() {
+            if shared.run(&shared.background, &pipe, None).await.is_err() {
                 Counters::add(&shared.counters.delete_errors, 1);
             }
         });
@@ -380,7 +459,7 @@ impl Shared {
                 for (_, id, generation) in &wanted {
                     pipe.arg(field(*id, *generation));
                 }
-                (wanted, self.run(&self.reads, &pipe).await)
+                (wanted, self.run(&self.reads, &pipe, None).await)
             },
         ))
         .await;
@@ -480,7 +559,7 @@ impl Shared {
                 pipe.cmd("PEXPIRE")
                     .arg(self.prefix.group_key(group))
                     .arg(ttl_ms);
-                match self.run(&self.background, &pipe).await.as_deref() {
+                match self.run(&self.background, &pipe, None).await.as_deref() {
                     Ok([Value::Int(1)]) => {
                         Counters::add(&self.counters.ttl_refreshes, 1);
                         None
@@ -525,11 +604,14 @@ impl RemoteStore {
         let shared =
             runtime.block_on(connect_shared(cfg, addrs, prefix, runtime.handle().clone()))?;
         let shared = Arc::new(shared);
-        let refresher = runtime.spawn(refresh_loop(Arc::downgrade(&shared)));
+        let background = vec![
+            runtime.spawn(refresh_loop(Arc::downgrade(&shared))),
+            runtime.spawn(topology_loop(Arc::downgrade(&shared))),
+        ];
         Ok(RemoteStore {
             shared,
             runtime: Some(runtime),
-            refresher: Some(refresher),
+            background,
         })
     }
 
@@ -646,8 +728,8 @@ impl RemoteStore {
         };
         let shared = self.shared.clone();
         shared.closed.store(true, Ordering::Release);
-        if let Some(refresher) = self.refresher.take() {
-            refresher.abort();
+        for task in self.background.drain(..) {
+            task.abort();
         }
         self.quiesce(shared.cfg.retry_for + shared.cfg.op_timeout);
         let groups = shared.live.lock().expect("live set").drain_groups();
@@ -658,7 +740,7 @@ impl RemoteStore {
                     async move {
                         let mut pipe = redis::pipe();
                         pipe.cmd("UNLINK").arg(shared.prefix.group_key(group));
-                        shared.run(&shared.background, &pipe).await.is_err()
+                        shared.run(&shared.background, &pipe, None).await.is_err()
                     }
                 })
                 .buffer_unordered(BACKGROUND_CONCURRENCY)
@@ -789,6 +871,21 @@ impl RemoteClient {
     }
 }
 
+/// Every `TOPOLOGY_PERIOD`, the cluster's layout again; stops with the store.
+async fn topology_loop(shared: std::sync::Weak<Shared>) {
+    loop {
+        tokio::time::sleep(TOPOLOGY_PERIOD).await;
+        let Some(s) = shared.upgrade() else { return };
+        if s.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let layout = s.fetch_layout().await;
+        if let Some(layout) = layout {
+            s.update_layout(layout);
+        }
+    }
+}
+
 /// Every `key_ttl / 4`, the TTL of every live group again; stops with the store.
 async fn refresh_loop(shared: std::sync::Weak<Shared>) {
     loop {
@@ -805,12 +902,19 @@ async fn refresh_loop(shared: std::sync::Weak<Shared>) {
     }
 }
 
-/// What a seed node says about the cluster.
+/// What a node says about the cluster (`CLUSTER NODES`).
 struct Layout {
+    /// live primaries serving slots
     primaries: HashSet<String>,
-    /// the fewest replicas any shard has
+    /// the fewest healthy replicas any shard has
     min_replicas: u32,
+    /// per slot: healthy replicas of its live primary; `NO_PRIMARY` when no live primary
+    /// serves it (failover pending, or the shard is gone)
+    slot_replicas: Vec<u8>,
 }
+
+const SLOTS: usize = 16384;
+const NO_PRIMARY: u8 = u8::MAX;
 
 async fn connect_shared(
     cfg: RemoteConfig,
@@ -848,18 +952,7 @@ async fn connect_shared(
     let client = builder
         .build()
         .map_err(|e| RemoteError::Config(format!("cluster client: {e}")))?;
-    let open = || async {
-        tokio::time::timeout(cfg.op_timeout * 2, client.get_async_connection())
-            .await
-            .map_err(|_| RemoteError::Unreachable {
-                nodes: urls.join(","),
-                cause: "cluster connection timed out".into(),
-            })?
-            .map_err(|e| RemoteError::Unreachable {
-                nodes: urls.join(","),
-                cause: e.to_string(),
-            })
-    };
+    let open = || Conn::open(client.clone(), cfg.op_timeout * 2);
     let reads = open().await?;
     let background = open().await?;
     let mut writes = Vec::with_capacity(cfg.write_connections);
@@ -877,6 +970,7 @@ async fn connect_shared(
         live: Mutex::new(LiveSet::default()),
         counters: Counters::default(),
         primaries: Mutex::new(layout.primaries),
+        slot_replicas: Mutex::new(Arc::new(layout.slot_replicas)),
         closed: AtomicBool::new(false),
         in_flight: AtomicUsize::new(0),
     })
@@ -970,7 +1064,7 @@ fn parse_nodes(nodes: &str) -> Option<Layout> {
         primary: bool,
         failed: bool,
         primary_of: &'a str,
-        has_slots: bool,
+        slots: Vec<(usize, usize)>,
     }
     let parsed: Vec<Node> = nodes
         .lines()
@@ -989,30 +1083,41 @@ fn parse_nodes(nodes: &str) -> Option<Layout> {
                     .split(',')
                     .any(|x| x == "fail" || x == "fail?" || x == "noaddr"),
                 primary_of: f[3],
-                has_slots: f.len() > 8,
+                slots: f[8..]
+                    .iter()
+                    .filter(|r| !r.starts_with('[')) // slots being migrated
+                    .map(|r| {
+                        let (a, b) = r.split_once('-').unwrap_or((r, r));
+                        let (a, b) = (a.parse::<usize>().ok()?, b.parse::<usize>().ok()?);
+                        (a <= b && b < SLOTS).then_some((a, b))
+                    })
+                    .collect::<Option<_>>()?,
             })
         })
         .collect::<Option<_>>()?;
     let serving: Vec<&Node> = parsed
         .iter()
-        .filter(|n| n.primary && n.has_slots && !n.failed)
+        .filter(|n| n.primary && !n.slots.is_empty() && !n.failed)
         .collect();
     if serving.is_empty() {
         return None;
     }
-    let min_replicas = serving
-        .iter()
-        .map(|p| {
-            parsed
-                .iter()
-                .filter(|r| !r.primary && !r.failed && r.primary_of == p.id)
-                .count() as u32
-        })
-        .min()
-        .unwrap_or(0);
+    let mut slot_replicas = vec![NO_PRIMARY; SLOTS];
+    let mut min_replicas = u32::MAX;
+    for p in &serving {
+        let replicas = parsed
+            .iter()
+            .filter(|r| !r.primary && !r.failed && r.primary_of == p.id)
+            .count() as u32;
+        min_replicas = min_replicas.min(replicas);
+        for &(a, b) in &p.slots {
+            slot_replicas[a..=b].fill(replicas.min(NO_PRIMARY as u32 - 1) as u8);
+        }
+    }
     Some(Layout {
         primaries: serving.iter().map(|n| n.addr.clone()).collect(),
         min_replicas,
+        slot_replicas,
     })
 }
 
@@ -1034,6 +1139,16 @@ b3 127.0.0.1:30005@40005 slave,fail a3 0 0 3 disconnected
         assert_eq!(layout.primaries.len(), 3);
         assert!(layout.primaries.contains("127.0.0.1:30001"));
         assert_eq!(layout.min_replicas, 0, "a3's only replica failed");
+        assert_eq!(layout.slot_replicas[0], 1);
+        assert_eq!(layout.slot_replicas[10922], 1);
+        assert_eq!(layout.slot_replicas[10923], 0);
+        let gone = nodes.replace(
+            "myself,master - 0 0 1 connected 0-5460",
+            "master,fail - 0 0 1 disconnected 0-5460",
+        );
+        let layout = parse_nodes(&gone).unwrap();
+        assert_eq!(layout.slot_replicas[0], NO_PRIMARY);
+        assert_eq!(layout.primaries.len(), 2);
         let healthy = nodes.replace(
             "slave,fail a3 0 0 3 disconnected",
             "slave a3 0 0 3 connected",
