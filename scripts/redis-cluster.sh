@@ -74,7 +74,7 @@ live_pid() {
   [ -f "$pidfile" ] || return 1
   pid=$(cat "$pidfile" 2>/dev/null) || return 1
   [[ $pid =~ ^[0-9]+$ ]] || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "redis-server 127.0.0.1:$port\b" || return 1
+  { tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null | grep -q "redis-server 127.0.0.1:$port\b" || return 1
   echo "$pid"
 }
 

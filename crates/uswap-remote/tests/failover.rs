@@ -291,3 +291,128 @@ fn primary_and_replica_killed_lose_exactly_their_values() {
     drop(store);
     assert_eq!(cluster.total_keys(), 0);
 }
+
+/// Why writes wait for a replica: the same failover with `replicas_to_wait` 0 loses writes
+/// the store had acknowledged (reads say `Lost`, never other bytes), while the store waiting
+/// for a replica never acknowledged them in the first place.
+#[test]
+fn without_wait_acknowledged_writes_are_lost_in_a_failover() {
+    let cluster = Cluster::start(30340, DEADLINE);
+    let mut cfg = cluster.config();
+    cfg.wait_timeout = Duration::from_millis(500);
+    let strict = RemoteStore::connect(cfg.clone()).expect("connect");
+    cfg.replicas_to_wait = Some(0);
+    let loose = RemoteStore::connect(cfg).expect("connect");
+    assert_eq!(
+        (strict.replicas_to_wait(), loose.replicas_to_wait()),
+        (1, 0)
+    );
+
+    let victim = cluster.nodes().into_iter().find(|n| n.primary).unwrap();
+    let replica = cluster
+        .nodes()
+        .into_iter()
+        .find(|n| n.primary_of.as_deref() == Some(&victim.id))
+        .unwrap();
+    // groups of each store that the victim serves (key format: uswap::layout)
+    let victim_groups = |store: &RemoteStore, n: usize| -> Vec<u64> {
+        (0u64..)
+            .filter(|g| {
+                let slot = uswap_remote::layout::slot_of(&format!(
+                    "uswap:{{{}.{:x}}}",
+                    store.prefix_hex(),
+                    g
+                ));
+                victim.slots.iter().any(|&(a, b)| a <= slot && slot <= b)
+            })
+            .take(n)
+            .collect()
+    };
+    let ids_of = |groups: &[u64]| -> Vec<u64> {
+        groups.iter().flat_map(|g| g * 512..(g + 1) * 512).collect()
+    };
+    let (strict_groups, loose_groups) = (victim_groups(&strict, 20), victim_groups(&loose, 20));
+    let (strict_a, strict_b) = (ids_of(&strict_groups[..4]), ids_of(&strict_groups[4..]));
+    let (loose_a, loose_b) = (ids_of(&loose_groups[..4]), ids_of(&loose_groups[4..]));
+
+    // A: written while the replica is healthy (and given time to replicate)
+    strict
+        .put_batch_blocking(strict_a.iter().map(|&id| (id, page(id, 1, PAGE))).collect())
+        .unwrap();
+    loose
+        .put_batch_blocking(loose_a.iter().map(|&id| (id, page(id, 1, PAGE))).collect())
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+
+    // B: written while the replica is stopped (32 MiB each, more than the sockets buffer),
+    // then the primary dies before the replica could have it all
+    let replica_pid = cluster.pid(replica.port).unwrap().to_string();
+    let signal = |sig: &str| {
+        assert!(std::process::Command::new("kill")
+            .args([sig, &replica_pid])
+            .status()
+            .unwrap()
+            .success())
+    };
+    signal("-STOP");
+    let strict_result =
+        strict.put_batch_blocking(strict_b.iter().map(|&id| (id, page(id, 2, PAGE))).collect());
+    let loose_result =
+        loose.put_batch_blocking(loose_b.iter().map(|&id| (id, page(id, 2, PAGE))).collect());
+    cluster.kill(victim.port);
+    signal("-CONT");
+    assert!(
+        matches!(
+            strict_result,
+            Err(RemoteError::NotReplicated {
+                acked: 0,
+                wanted: 1
+            })
+        ),
+        "{strict_result:?}"
+    );
+    assert_eq!(
+        loose_result,
+        Ok(()),
+        "without WAIT the primary's answer is the acknowledgement"
+    );
+
+    cluster.wait_until("the replica is primary", Duration::from_secs(30), |c| {
+        c.nodes()
+            .iter()
+            .any(|n| n.id == replica.id && n.primary && !n.failed)
+    });
+    // what was acknowledged with WAIT is all there
+    for (&id, r) in strict_a.iter().zip(strict.get_batch_blocking(&strict_a)) {
+        assert_eq!(r, Ok(page(id, 1, PAGE)), "strict id {id}");
+    }
+    for (&id, r) in loose_a.iter().zip(loose.get_batch_blocking(&loose_a)) {
+        assert_eq!(
+            r,
+            Ok(page(id, 1, PAGE)),
+            "loose id {id} (replicated before the stop)"
+        );
+    }
+    // what was acknowledged without WAIT is partly gone; the store says so, per id
+    let mut lost = 0;
+    for (&id, r) in loose_b.iter().zip(loose.get_batch_blocking(&loose_b)) {
+        match r {
+            Ok(bytes) => assert!(bytes == page(id, 2, PAGE), "loose id {id}: other bytes"),
+            Err(RemoteError::Lost { .. }) => lost += 1,
+            Err(e) => panic!("loose id {id}: {e}"),
+        }
+    }
+    eprintln!(
+        "without WAIT: {lost} of {} acknowledged writes lost in the failover",
+        loose_b.len()
+    );
+    assert!(
+        lost > 0,
+        "the failover lost acknowledged writes of the store that did not WAIT"
+    );
+    assert_eq!(loose.counters().lost, lost);
+    assert_eq!(
+        strict.counters().lost + strict.counters().corrupt + loose.counters().corrupt,
+        0
+    );
+}

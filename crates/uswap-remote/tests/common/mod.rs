@@ -333,7 +333,7 @@ pub fn resp_command(port: u16, password: Option<&str>, args: &[&[u8]]) -> Option
                 Some(v)
             }
             Some(b'-') => panic!("redis error: {line}"),
-            _ => Some(line[1..].as_bytes().to_vec()),
+            _ => Some(line.as_bytes()[1..].to_vec()),
         }
     };
     if let Some(pw) = password {
