@@ -461,6 +461,65 @@ fn connect_errors_are_clear() {
         .unwrap();
     assert_eq!(store.get_blocking(1), Ok(page(1, 1, 4096)));
     store.close().unwrap();
+
+    // ACL users (set on every node: ACLs are per node): one allowed the pool's keys, one not
+    for &port in &cluster.ports {
+        let ok = cluster.cli(
+            port,
+            &[
+                "ACL", "SETUSER", "pool", "on", ">pool-pw", "~uswap:*", "+@all",
+            ],
+        );
+        assert_eq!(ok, "OK");
+        let ok = cluster.cli(
+            port,
+            &[
+                "ACL",
+                "SETUSER",
+                "other",
+                "on",
+                ">other-pw",
+                "~other:*",
+                "+@all",
+            ],
+        );
+        assert_eq!(ok, "OK");
+    }
+    let mut cfg = cluster.config();
+    cfg.username = Some("pool".into());
+    cfg.password = Some("pool-pw".into());
+    let store = RemoteStore::connect(cfg.clone()).expect("ACL user pool");
+    store
+        .put_batch_blocking(vec![(2, page(2, 1, 4096))])
+        .unwrap();
+    assert_eq!(store.get_blocking(2), Ok(page(2, 1, 4096)));
+    store.close().unwrap();
+    cfg.password = Some("wrong".into());
+    let err = RemoteStore::connect(cfg.clone())
+        .err()
+        .expect("wrong ACL password");
+    assert!(matches!(err, RemoteError::Denied { .. }), "{err}");
+    cfg.username = Some("other".into());
+    cfg.password = Some("other-pw".into());
+    let store = RemoteStore::connect(cfg).expect("ACL user other may connect");
+    let err = store
+        .put_batch_blocking(vec![(3, page(3, 1, 4096))])
+        .unwrap_err();
+    assert!(
+        matches!(err, RemoteError::Denied { .. }),
+        "keys outside its ACL: {err}"
+    );
+    drop(store);
+
+    // a store whose cluster dies: close gives up within retry_for + op_timeout, says so
+    let mut cfg = cluster.config();
+    cfg.retry_for = Duration::from_secs(2);
+    cfg.op_timeout = Duration::from_millis(500);
+    cfg.wait_timeout = Duration::from_millis(200);
+    let orphan = RemoteStore::connect(cfg).unwrap();
+    orphan
+        .put_batch_blocking((0..2048).map(|id| (id, page(id, 1, 64))).collect())
+        .unwrap();
     // replicas_to_wait above what the cluster has is refused
     let mut cfg = cluster.config();
     cfg.replicas_to_wait = Some(2);
@@ -473,6 +532,18 @@ fn connect_errors_are_clear() {
     );
     let cfg = cluster.config();
     drop(cluster);
+    let started = std::time::Instant::now();
+    let err = orphan.close().unwrap_err();
+    assert!(matches!(err, RemoteError::Unavailable { .. }), "{err}");
+    assert!(
+        err.to_string().contains("4 of 4 group keys not deleted"),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "close took {:?}",
+        started.elapsed()
+    );
     let mut cfg = cfg;
     cfg.op_timeout = Duration::from_millis(500);
     cfg.wait_timeout = Duration::from_millis(100);
