@@ -3,7 +3,7 @@
 # on loopback ports, no persistence, everything (config, logs, pid files) in one directory
 # that `stop` removes.
 #
-#   scripts/redis-cluster.sh start  [--dir DIR] [--base-port P] [--node-timeout MS] [--password PW]
+#   scripts/redis-cluster.sh start  [--dir DIR] [--base-port P] [--node-timeout MS] [--password PW] [--tls]
 #   scripts/redis-cluster.sh stop   [--dir DIR]
 #   scripts/redis-cluster.sh status [--dir DIR]
 #
@@ -16,6 +16,9 @@
 # stop: kills exactly the servers whose pid files are in DIR (checking that each pid is still
 #   a redis-server of that port) and removes DIR.
 # status: one line per node (port, pid, alive, role, cluster state); exit 1 if any is down.
+# --tls: TLS only (clients, replication, cluster bus), with a throw-away CA and a certificate
+#   for 127.0.0.1 made with openssl in DIR/tls; clients trust DIR/tls/ca.crt (no client
+#   certificates asked). The ports then speak rediss://.
 #
 # Defaults: DIR=${TMPDIR:-/tmp}/uswap-redis-cluster, P=30000, node timeout 2000 ms.
 # The cluster runs with cluster-require-full-coverage no: when a shard loses its primary
@@ -33,12 +36,14 @@ dir=${TMPDIR:-/tmp}/uswap-redis-cluster
 base_port=30000
 node_timeout=2000
 password=
+tls=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --dir) dir=${2:?--dir needs a value}; shift 2 ;;
     --base-port) base_port=${2:?--base-port needs a value}; shift 2 ;;
     --node-timeout) node_timeout=${2:?--node-timeout needs a value}; shift 2 ;;
     --password) password=${2:?--password needs a value}; shift 2 ;;
+    --tls) tls=1; shift ;;
     -h|--help) usage ;;
     *) die "unknown argument: $1" ;;
   esac
@@ -47,10 +52,28 @@ done
   || die "--base-port must be 1024..55000 (the cluster bus uses port+10000): $base_port"
 [[ $node_timeout =~ ^[0-9]+$ ]] || die "--node-timeout must be milliseconds: $node_timeout"
 
+# redis-cli's connection options: TLS (read from DIR, so status/stop need no --tls)
+tls_args() { [ -f "$dir/tls/ca.crt" ] && echo --tls --cacert "$dir/tls/ca.crt"; true; }
+
 cli() { # cli PORT ARGS...: redis-cli against one node, with the password if there is one
   local port=$1; shift
-  if [ -n "$password" ]; then REDISCLI_AUTH=$password redis-cli -h 127.0.0.1 -p "$port" "$@"
-  else redis-cli -h 127.0.0.1 -p "$port" "$@"; fi
+  # shellcheck disable=SC2046
+  if [ -n "$password" ]; then REDISCLI_AUTH=$password redis-cli $(tls_args) -h 127.0.0.1 -p "$port" "$@"
+  else redis-cli $(tls_args) -h 127.0.0.1 -p "$port" "$@"; fi
+}
+
+make_certs() { # a CA and a server certificate for 127.0.0.1/localhost, in DIR/tls
+  command -v openssl >/dev/null || die "--tls needs openssl"
+  local t=$dir/tls
+  mkdir -p "$t"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=uswap test CA" \
+    -keyout "$t/ca.key" -out "$t/ca.crt" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" \
+    -keyout "$t/server.key" -out "$t/server.csr" 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth,clientAuth\n' >"$t/ext.cnf"
+  openssl x509 -req -in "$t/server.csr" -CA "$t/ca.crt" -CAkey "$t/ca.key" -CAcreateserial \
+    -days 2 -extfile "$t/ext.cnf" -out "$t/server.crt" 2>/dev/null
+  chmod 600 "$t"/*.key
 }
 
 ensure_redis() {
@@ -122,10 +145,17 @@ start_cluster() {
   done
   printf '%s\n' "${chosen[@]}" >"$dir/ports"
 
-  local auth=()
+  local auth=() net=()
   [ -n "$password" ] && auth=(--requirepass "$password" --masterauth "$password")
+  if [ $tls = 1 ]; then make_certs; fi
   for port in "${chosen[@]}"; do
-    redis-server --port "$port" --bind 127.0.0.1 --protected-mode yes \
+    if [ $tls = 1 ]; then
+      net=(--port 0 --tls-port "$port" --tls-cluster yes --tls-replication yes --tls-auth-clients no
+        --tls-cert-file "$dir/tls/server.crt" --tls-key-file "$dir/tls/server.key" --tls-ca-cert-file "$dir/tls/ca.crt")
+    else
+      net=(--port "$port")
+    fi
+    redis-server "${net[@]}" --bind 127.0.0.1 --protected-mode yes \
       --daemonize yes --pidfile "$dir/redis-$port.pid" --logfile "$dir/redis-$port.log" \
       --dir "$dir" --dbfilename "dump-$port.rdb" --save "" --appendonly no --repl-diskless-load on-empty-db \
       --cluster-enabled yes --cluster-config-file "$dir/nodes-$port.conf" \
@@ -147,13 +177,9 @@ start_cluster() {
 
   local addrs=()
   for port in "${chosen[@]}"; do addrs+=("127.0.0.1:$port"); done
-  if [ -n "$password" ]; then
-    REDISCLI_AUTH=$password redis-cli --cluster create "${addrs[@]}" --cluster-replicas 1 --cluster-yes >"$dir/create.log" 2>&1 \
-      || { cat "$dir/create.log" >&2; false; }
-  else
-    redis-cli --cluster create "${addrs[@]}" --cluster-replicas 1 --cluster-yes >"$dir/create.log" 2>&1 \
-      || { cat "$dir/create.log" >&2; false; }
-  fi
+  # shellcheck disable=SC2046
+  env ${password:+REDISCLI_AUTH="$password"} redis-cli $(tls_args) --cluster create "${addrs[@]}" --cluster-replicas 1 --cluster-yes \
+    >"$dir/create.log" 2>&1 || { cat "$dir/create.log" >&2; false; }
 
   # every node: cluster_state:ok, all slots served, all nodes known; 3 replicas in sync (30 s)
   local deadline=$((SECONDS + 30)) settled=0

@@ -17,6 +17,8 @@ pub struct RemoteConfig {
     pub password: Option<String>,
     /// TLS to every node (`rediss://`). Needs the crate's `tls` feature (on by default).
     pub tls: bool,
+    /// PEM file of the CA to trust for TLS instead of the system's roots (a private CA).
+    pub tls_ca_file: Option<std::path::PathBuf>,
     /// `WAIT numreplicas`: a write counts once the primary and this many replicas have it.
     /// `None`: 1 when every shard has a replica, else 0. Larger than the smallest shard's
     /// replica count is refused at connect (every write would fail).
@@ -47,6 +49,7 @@ impl Default for RemoteConfig {
             username: None,
             password: None,
             tls: false,
+            tls_ca_file: None,
             replicas_to_wait: None,
             wait_timeout: Duration::from_millis(1000),
             op_timeout: Duration::from_millis(3000),
@@ -66,6 +69,7 @@ impl std::fmt::Debug for RemoteConfig {
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "<set>"))
             .field("tls", &self.tls)
+            .field("tls_ca_file", &self.tls_ca_file)
             .field("replicas_to_wait", &self.replicas_to_wait)
             .field("wait_timeout", &self.wait_timeout)
             .field("op_timeout", &self.op_timeout)
@@ -194,6 +198,11 @@ impl RemoteConfig {
         if self.write_connections == 0 || self.runtime_threads == 0 {
             return Err(RemoteError::Config(
                 "write_connections and runtime_threads must be >= 1".into(),
+            ));
+        }
+        if self.tls_ca_file.is_some() && !self.tls {
+            return Err(RemoteError::Config(
+                "tls_ca_file given but tls is off".into(),
             ));
         }
         if self.tls && !cfg!(feature = "tls") {

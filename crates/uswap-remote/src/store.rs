@@ -958,6 +958,10 @@ async fn connect_shared(
     if let Some(password) = &cfg.password {
         builder = builder.password(password);
     }
+    #[cfg(feature = "tls")]
+    if let Some(ca) = tls_ca(&cfg)? {
+        builder = builder.certs(ca);
+    }
     let client = builder
         .build()
         .map_err(|e| RemoteError::Config(format!("cluster client: {e}")))?;
@@ -985,6 +989,35 @@ async fn connect_shared(
     })
 }
 
+/// The CA certificate to trust (instead of the system's roots), when the settings name one.
+#[cfg(feature = "tls")]
+fn tls_ca(cfg: &RemoteConfig) -> Result<Option<redis::TlsCertificates>, RemoteError> {
+    let Some(path) = &cfg.tls_ca_file else {
+        return Ok(None);
+    };
+    let pem = std::fs::read(path)
+        .map_err(|e| RemoteError::Config(format!("tls_ca_file {}: {e}", path.display())))?;
+    Ok(Some(redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(pem),
+    }))
+}
+
+/// A client for one node (the connect-time probe).
+fn open_client(
+    cfg: &RemoteConfig,
+    url: &str,
+    info: redis::ConnectionInfo,
+) -> Result<redis::Client, RemoteError> {
+    let bad = |e: redis::RedisError| RemoteError::Config(format!("node {url}: {e}"));
+    #[cfg(feature = "tls")]
+    if let Some(ca) = tls_ca(cfg)? {
+        return redis::Client::build_with_tls(info, ca).map_err(bad);
+    }
+    let _ = cfg;
+    redis::Client::open(info).map_err(bad)
+}
+
 /// Asks the seeds, in order, for `CLUSTER INFO` and `CLUSTER NODES`; the first that answers
 /// decides. Distinguishes unreachable, refused credentials, not a cluster, and not serving.
 async fn probe_seeds(cfg: &RemoteConfig, urls: &[String]) -> Result<Layout, RemoteError> {
@@ -1002,8 +1035,7 @@ async fn probe_seeds(cfg: &RemoteConfig, urls: &[String]) -> Result<Layout, Remo
             settings = settings.set_password(password);
         }
         info = info.set_redis_settings(settings);
-        let client = redis::Client::open(info)
-            .map_err(|e| RemoteError::Config(format!("node {url}: {e}")))?;
+        let client = open_client(cfg, url, info)?;
         let conn_cfg = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(cfg.op_timeout))
             .set_response_timeout(Some(cfg.op_timeout));

@@ -443,7 +443,7 @@ fn connect_errors_are_clear() {
     assert!(matches!(err, RemoteError::NotACluster { .. }), "{err}");
 
     // a cluster with a password: refused without it, works with it; down once stopped
-    let cluster = Cluster::start_with(30200, DEADLINE, Some("s3cret-pw"));
+    let cluster = Cluster::start_with(30200, DEADLINE, Some("s3cret-pw"), false);
     let mut cfg = cluster.config();
     cfg.password = None;
     let err = RemoteStore::connect(cfg.clone())
@@ -548,5 +548,45 @@ fn connect_errors_are_clear() {
     cfg.op_timeout = Duration::from_millis(500);
     cfg.wait_timeout = Duration::from_millis(100);
     let err = RemoteStore::connect(cfg).err().expect("cluster stopped");
+    assert!(matches!(err, RemoteError::Unreachable { .. }), "{err}");
+}
+
+#[test]
+fn tls_cluster_round_trip() {
+    let cluster = Cluster::start_with(30220, DEADLINE, None, true);
+    let store = RemoteStore::connect(cluster.config()).expect("connect over TLS");
+    let ids: Vec<u64> = (0..600).collect();
+    store
+        .put_batch_blocking(ids.iter().map(|&id| (id, page(id, 1, 4096))).collect())
+        .unwrap();
+    store
+        .put_batch_blocking(vec![(1 << 20, page(1 << 20, 1, 2 << 20))])
+        .unwrap();
+    for (&id, r) in ids.iter().zip(store.get_batch_blocking(&ids)) {
+        assert_eq!(r, Ok(page(id, 1, 4096)), "id {id}");
+    }
+    assert_eq!(store.get_blocking(1 << 20), Ok(page(1 << 20, 1, 2 << 20)));
+    assert_eq!(cluster.total_keys(), 3);
+    store.close().unwrap();
+    assert_eq!(cluster.total_keys(), 0);
+
+    // the test CA is not among the system's roots: refused, and said so
+    let mut cfg = cluster.config();
+    cfg.tls_ca_file = None;
+    cfg.op_timeout = Duration::from_millis(1000);
+    cfg.wait_timeout = Duration::from_millis(100);
+    let err = RemoteStore::connect(cfg.clone()).err().expect("unknown CA");
+    assert!(matches!(err, RemoteError::Unreachable { .. }), "{err}");
+    assert!(
+        err.to_string().to_lowercase().contains("certificate"),
+        "{err}"
+    );
+    // plain redis:// to TLS ports fails at connect, clearly
+    let mut cfg = RemoteConfig::new(cluster.ports.iter().map(|p| format!("127.0.0.1:{p}")));
+    cfg.op_timeout = Duration::from_millis(1000);
+    cfg.wait_timeout = Duration::from_millis(100);
+    let err = RemoteStore::connect(cfg)
+        .err()
+        .expect("plain text to TLS ports");
     assert!(matches!(err, RemoteError::Unreachable { .. }), "{err}");
 }

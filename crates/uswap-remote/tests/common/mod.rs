@@ -39,6 +39,8 @@ pub struct Cluster {
     pub dir: PathBuf,
     pub ports: Vec<u16>,
     pub password: Option<String>,
+    /// TLS only (rediss://), trusting `dir/tls/ca.crt`
+    pub tls: bool,
     watchdog: Arc<AtomicBool>,
 }
 
@@ -47,10 +49,15 @@ impl Cluster {
     /// node timeout 1000 ms, and a watchdog: past `deadline` the cluster is stopped and the
     /// test process exits with a failure.
     pub fn start(base_port: u16, deadline: Duration) -> Cluster {
-        Cluster::start_with(base_port, deadline, None)
+        Cluster::start_with(base_port, deadline, None, false)
     }
 
-    pub fn start_with(base_port: u16, deadline: Duration, password: Option<&str>) -> Cluster {
+    pub fn start_with(
+        base_port: u16,
+        deadline: Duration,
+        password: Option<&str>,
+        tls: bool,
+    ) -> Cluster {
         let dir = std::env::temp_dir().join(format!(
             "uswap-remote-test-{}-{}",
             std::process::id(),
@@ -85,6 +92,9 @@ impl Cluster {
         if let Some(pw) = password {
             cmd.args(["--password", pw]);
         }
+        if tls {
+            cmd.arg("--tls");
+        }
         let out = cmd.output().expect("run scripts/redis-cluster.sh");
         if !out.status.success() {
             watchdog.store(false, Ordering::Release);
@@ -108,15 +118,24 @@ impl Cluster {
             dir,
             ports,
             password: password.map(str::to_string),
+            tls,
             watchdog,
         }
     }
 
     /// Settings for a store on this cluster, with short timeouts for tests.
     pub fn config(&self) -> RemoteConfig {
-        let mut cfg =
-            RemoteConfig::new(self.ports.iter().map(|p| format!("redis://127.0.0.1:{p}")));
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        let mut cfg = RemoteConfig::new(
+            self.ports
+                .iter()
+                .map(|p| format!("{scheme}://127.0.0.1:{p}")),
+        );
         cfg.password = self.password.clone();
+        if self.tls {
+            cfg.tls = true;
+            cfg.tls_ca_file = Some(self.dir.join("tls/ca.crt"));
+        }
         cfg.retry_for = Duration::from_secs(15);
         cfg.op_timeout = Duration::from_secs(2);
         cfg.wait_timeout = Duration::from_millis(1000);
@@ -127,6 +146,11 @@ impl Cluster {
     pub fn cli(&self, port: u16, args: &[&str]) -> String {
         let mut cmd = Command::new("redis-cli");
         cmd.args(["-h", "127.0.0.1", "-p", &port.to_string()]);
+        if self.tls {
+            cmd.arg("--tls")
+                .arg("--cacert")
+                .arg(self.dir.join("tls/ca.crt"));
+        }
         if let Some(pw) = &self.password {
             cmd.env("REDISCLI_AUTH", pw);
         }
