@@ -13,7 +13,7 @@ say() { printf '\n== %s\n' "$*"; }
 need_apt=()
 add_apt() { for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p"); done; }
 # add_apt PACKAGE... lines go here
-add_apt redis-server redis-tools   # crates/uswap-remote tests: a real local Redis Cluster (scripts/redis-cluster.sh)
+add_apt redis-server redis-tools openssl   # crates/uswap-remote tests: a real local Redis Cluster (scripts/redis-cluster.sh; --tls needs openssl)
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "installing Debian packages: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive

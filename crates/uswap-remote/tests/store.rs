@@ -396,7 +396,12 @@ fn connect_errors_are_clear() {
     assert!(err.to_string().contains("127.0.0.1:1"), "{err}");
 
     // a standalone redis-server is not a cluster
-    let port = 30199u16;
+    // a free port (nothing listens there once the probe socket is closed)
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let dir = std::env::temp_dir().join(format!("uswap-remote-standalone-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut server = std::process::Command::new("redis-server")
