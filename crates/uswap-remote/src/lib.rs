@@ -56,6 +56,30 @@
 //! - Blocking conveniences for tests and tools: `put_batch_blocking`, `get_blocking`,
 //!   `get_batch_blocking`, `refresh_ttl_blocking`, `quiesce`.
 //!
+//! # Plugging it into the engine (what the tier expects)
+//!
+//! - Start: `RemoteStore::connect(cfg)`; on an error fall back to the file tier, or refuse a
+//!   remote-only pool with the error's message. One store per pool (its prefix is the
+//!   pool's); `store.client(Some(eventfd))` once per engine thread that submits.
+//! - Reclaim: evicted pages (4 KiB, or a whole 2 MiB unit, compressed or not: any size) go
+//!   out as `put_batch(token, vec![(slot, bytes), ...])`; many pages per call (one round
+//!   trip per group of 512 slots). `Ok(None)`: the slots hold the pages. `Err(_)`: they do
+//!   not; keep the pages or write them to another tier. Give a 2 MiB unit the id of its
+//!   first 4 KiB slot (ids 512 apart: one group, one key per unit).
+//! - Fault: `get(token, slot)`; the fault thread sleeps in io_uring on a poll of its eventfd
+//!   (`IORING_OP_POLL_ADD` or a read of it), then `poll_completions`. `Ok(Some(bytes))`:
+//!   the exact bytes written (decompress if the tier compressed). `Lost`/`Corrupt`:
+//!   `UFFDIO_POISON` the page, count it, say it once on stderr. `Unavailable`: the cluster
+//!   did not answer for `retry_for`; poisoning is the only way not to hang the program.
+//! - Free: `delete_batch(&slots)` when slots are freed (it forgets them at once; the
+//!   server-side delete follows in the background). Never delete or read a slot while a
+//!   write of it is in flight.
+//! - Exit: `store.close()` (or drop it; not from inside a tokio runtime: it blocks on its
+//!   own runtime to delete the keys).
+//! - Counters: `store.counters()` for the remote lines of the pool's counters.
+//! - Memory: the store keeps 8 bytes per live slot (its generation), in arrays of 512 per
+//!   group touched (4 KiB per group, so dense ids are cheap and scattered ones are not).
+//!
 //! # Design
 //!
 //! **Runtime.** The store owns a small tokio runtime (`runtime_threads`, default 2) and
