@@ -20,7 +20,10 @@
 #   for 127.0.0.1 made with openssl in DIR/tls; clients trust DIR/tls/ca.crt (no client
 #   certificates asked). The ports then speak rediss://.
 #
-# Defaults: DIR=${TMPDIR:-/tmp}/uswap-redis-cluster, P=30000, node timeout 2000 ms.
+# Defaults: DIR=${TMPDIR:-/tmp}/uswap-redis-cluster, P=21000, node timeout 2000 ms.
+# Ports inside the kernel's ephemeral range (ip_local_port_range, where outgoing connections
+# take their local ports) are skipped, for the client port and the bus port alike: a bind
+# there can fail at any time.
 # The cluster runs with cluster-require-full-coverage no: when a shard loses its primary
 # and all its replicas, the other shards keep serving (the tests rely on it).
 set -euo pipefail
@@ -33,7 +36,7 @@ usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 cmd=${1:-}; [ -n "$cmd" ] || usage; shift
 dir=${TMPDIR:-/tmp}/uswap-redis-cluster
-base_port=30000
+base_port=21000
 node_timeout=2000
 password=
 tls=0
@@ -136,11 +139,16 @@ start_cluster() {
   trap '[ "$started" = 1 ] || { echo "redis-cluster.sh: start failed; tearing down" >&2; stop_cluster; }' EXIT
   trap 'exit 130' INT TERM
 
-  # free ports: the client port and its cluster-bus port (+10000) both unused
-  local chosen=() p=$base_port
+  # free ports: the client port and its cluster-bus port (+10000) both unused, both outside
+  # the ephemeral range
+  local chosen=() p=$base_port eph_lo=32768 eph_hi=60999
+  read -r eph_lo eph_hi </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true
+  ephemeral() { [ "$1" -ge "$eph_lo" ] && [ "$1" -le "$eph_hi" ]; }
   while [ ${#chosen[@]} -lt $NODES ]; do
     [ "$p" -le 55535 ] || { echo "no free ports from $base_port" >&2; false; }
-    if ! port_in_use "$p" && ! port_in_use $((p + 10000)); then chosen+=("$p"); fi
+    if ! ephemeral "$p" && ! ephemeral $((p + 10000)) && ! port_in_use "$p" && ! port_in_use $((p + 10000)); then
+      chosen+=("$p")
+    fi
     p=$((p + 1))
   done
   printf '%s\n' "${chosen[@]}" >"$dir/ports"

@@ -7,7 +7,7 @@
 //! cargo run --release -p uswap-remote --example remote-bench -- --nodes redis://127.0.0.1:30000,127.0.0.1:30001
 //!   [--pages 4096] [--gets 20000] [--units 128] [--batch 4] [--in-flight 4] [--replicas N]
 //! ```
-//! `--start-cluster` starts a local 3+3 cluster with scripts/redis-cluster.sh (base port 31700)
+//! `--start-cluster` starts a local 3+3 cluster with scripts/redis-cluster.sh (base port 21700)
 //! and stops it at the end.
 
 use std::process::Command;
@@ -95,7 +95,7 @@ fn main() {
         let out = Command::new(script())
             .args(["start", "--dir"])
             .arg(&dir)
-            .args(["--base-port", "31700"])
+            .args(["--base-port", "21700"])
             .output()
             .expect("run scripts/redis-cluster.sh");
         if !out.status.success() {

@@ -16,7 +16,7 @@ const PAGE: usize = 4096;
 
 #[test]
 fn primary_killed_mid_run_loses_no_acknowledged_write() {
-    let cluster = Cluster::start(30300, DEADLINE);
+    let cluster = Cluster::start(21300, DEADLINE);
     let mut cfg = cluster.config();
     cfg.retry_for = Duration::from_secs(20);
     cfg.wait_timeout = Duration::from_millis(500);
@@ -173,7 +173,7 @@ fn primary_killed_mid_run_loses_no_acknowledged_write() {
 
 #[test]
 fn primary_and_replica_killed_lose_exactly_their_values() {
-    let cluster = Cluster::start(30320, DEADLINE);
+    let cluster = Cluster::start(21320, DEADLINE);
     let mut cfg = cluster.config();
     cfg.retry_for = Duration::from_secs(3);
     let store = RemoteStore::connect(cfg).expect("connect");
@@ -297,7 +297,7 @@ fn primary_and_replica_killed_lose_exactly_their_values() {
 /// for a replica never acknowledged them in the first place.
 #[test]
 fn without_wait_acknowledged_writes_are_lost_in_a_failover() {
-    let cluster = Cluster::start(30340, DEADLINE);
+    let cluster = Cluster::start(21340, DEADLINE);
     let mut cfg = cluster.config();
     cfg.wait_timeout = Duration::from_millis(500);
     let strict = RemoteStore::connect(cfg.clone()).expect("connect");

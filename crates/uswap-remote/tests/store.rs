@@ -48,7 +48,7 @@ fn collect(client: &uswap_remote::RemoteClient, n: usize) -> Vec<Completion> {
 
 #[test]
 fn pages_and_units_read_back_exact() {
-    let cluster = Cluster::start(30100, DEADLINE);
+    let cluster = Cluster::start(21100, DEADLINE);
     let store = RemoteStore::connect(cluster.config()).expect("connect");
     assert_eq!(
         store.replicas_to_wait(),
@@ -159,7 +159,7 @@ fn pages_and_units_read_back_exact() {
 
 #[test]
 fn damaged_values_are_corrupt_and_missing_values_lost() {
-    let cluster = Cluster::start(30120, DEADLINE);
+    let cluster = Cluster::start(21120, DEADLINE);
     let store = RemoteStore::connect(cluster.config()).expect("connect");
     let ids: Vec<u64> = (0..40).collect(); // one group
     store
@@ -228,7 +228,7 @@ fn damaged_values_are_corrupt_and_missing_values_lost() {
 
 #[test]
 fn ttl_is_set_refreshed_and_close_deletes_everything() {
-    let cluster = Cluster::start(30140, DEADLINE);
+    let cluster = Cluster::start(21140, DEADLINE);
     let mut cfg = cluster.config();
     cfg.key_ttl = Duration::from_secs(8);
     let store = RemoteStore::connect(cfg).expect("connect");
@@ -299,7 +299,7 @@ fn child_writes_then_is_killed() {
 
 #[test]
 fn keys_left_by_a_killed_process_expire() {
-    let cluster = Cluster::start(30160, DEADLINE);
+    let cluster = Cluster::start(21160, DEADLINE);
     let nodes: Vec<String> = cluster
         .ports
         .iter()
@@ -339,7 +339,7 @@ fn keys_left_by_a_killed_process_expire() {
 
 #[test]
 fn prefixes_are_private() {
-    let cluster = Cluster::start(30180, DEADLINE);
+    let cluster = Cluster::start(21180, DEADLINE);
     let a = RemoteStore::connect(cluster.config()).unwrap();
     let b = RemoteStore::connect(cluster.config()).unwrap();
     assert_ne!(a.prefix_hex(), b.prefix_hex());
@@ -448,7 +448,7 @@ fn connect_errors_are_clear() {
     assert!(matches!(err, RemoteError::NotACluster { .. }), "{err}");
 
     // a cluster with a password: refused without it, works with it; down once stopped
-    let cluster = Cluster::start_with(30200, DEADLINE, Some("s3cret-pw"), false);
+    let cluster = Cluster::start_with(21200, DEADLINE, Some("s3cret-pw"), false);
     let mut cfg = cluster.config();
     cfg.password = None;
     let err = RemoteStore::connect(cfg.clone())
@@ -519,8 +519,7 @@ fn connect_errors_are_clear() {
     // a store whose cluster dies: close gives up within retry_for + op_timeout, says so
     let mut cfg = cluster.config();
     cfg.retry_for = Duration::from_secs(2);
-    cfg.op_timeout = Duration::from_millis(500);
-    cfg.wait_timeout = Duration::from_millis(200);
+    cfg.op_timeout = Duration::from_millis(1500);
     let orphan = RemoteStore::connect(cfg).unwrap();
     orphan
         .put_batch_blocking((0..2048).map(|id| (id, page(id, 1, 64))).collect())
@@ -558,7 +557,7 @@ fn connect_errors_are_clear() {
 
 #[test]
 fn tls_cluster_round_trip() {
-    let cluster = Cluster::start_with(30220, DEADLINE, None, true);
+    let cluster = Cluster::start_with(21220, DEADLINE, None, true);
     let store = RemoteStore::connect(cluster.config()).expect("connect over TLS");
     let ids: Vec<u64> = (0..600).collect();
     store

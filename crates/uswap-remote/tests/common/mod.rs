@@ -82,28 +82,40 @@ impl Cluster {
                 }
             });
         }
-        let mut cmd = Command::new(script());
-        cmd.args(["start", "--dir"]).arg(&dir).args([
-            "--base-port",
-            &base_port.to_string(),
-            "--node-timeout",
-            "1000",
-        ]);
-        if let Some(pw) = password {
-            cmd.args(["--password", pw]);
-        }
-        if tls {
-            cmd.arg("--tls");
-        }
-        let out = cmd.output().expect("run scripts/redis-cluster.sh");
-        if !out.status.success() {
-            watchdog.store(false, Ordering::Release);
-            panic!(
-                "cluster did not start: {}\n{}",
+        // a port can be taken between the script's probe and the server's bind (another
+        // test, another session): try again a few ports further (each test owns 20)
+        let mut tries = Vec::new();
+        let out = loop {
+            let mut cmd = Command::new(script());
+            cmd.args(["start", "--dir"]).arg(&dir).args([
+                "--base-port",
+                &(base_port + 7 * tries.len() as u16).to_string(),
+                "--node-timeout",
+                "1000",
+            ]);
+            if let Some(pw) = password {
+                cmd.args(["--password", pw]);
+            }
+            if tls {
+                cmd.arg("--tls");
+            }
+            let out = cmd.output().expect("run scripts/redis-cluster.sh");
+            if out.status.success() {
+                break out;
+            }
+            tries.push(format!(
+                "{}\n{}",
                 String::from_utf8_lossy(&out.stdout),
                 String::from_utf8_lossy(&out.stderr)
-            );
-        }
+            ));
+            if tries.len() == 3 {
+                watchdog.store(false, Ordering::Release);
+                panic!(
+                    "cluster did not start (3 tries):\n{}",
+                    tries.join("\n---\n")
+                );
+            }
+        };
         let ports = String::from_utf8_lossy(&out.stdout)
             .lines()
             .filter_map(|l| l.trim().rsplit_once(':').and_then(|(_, p)| p.parse().ok()))
