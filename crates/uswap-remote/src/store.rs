@@ -109,18 +109,50 @@ fn field(id: u64, generation: u64) -> String {
 }
 
 /// Counts a request in flight from spawn to completion (close waits for them).
+///
+/// Taken before the request checks `closed` (both SeqCst), so that either the request sees
+/// the store closed, or `close` sees the request and waits for it.
 struct InFlight(Arc<Shared>);
 
 impl InFlight {
-    fn new(shared: &Arc<Shared>) -> InFlight {
-        shared.in_flight.fetch_add(1, Ordering::AcqRel);
-        InFlight(shared.clone())
+    /// `None` when the store is closed.
+    fn enter(shared: &Arc<Shared>) -> Option<InFlight> {
+        shared.in_flight.fetch_add(1, Ordering::SeqCst);
+        let guard = InFlight(shared.clone());
+        (!shared.closed.load(Ordering::SeqCst)).then_some(guard)
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The completions a spawned request owes: if its task is dropped unfinished (the runtime
+/// shutting down at close), each token still completes, with [`RemoteError::Closed`], so
+/// no engine thread waits forever.
+struct Owed {
+    queue: Arc<CompletionQueue>,
+    tokens: Vec<u64>,
+}
+
+impl Owed {
+    fn pay(mut self, results: impl IntoIterator<Item = Result<Option<Vec<u8>>, RemoteError>>) {
+        for (token, result) in std::mem::take(&mut self.tokens).into_iter().zip(results) {
+            self.queue.push(Completion { token, result });
+        }
+    }
+}
+
+impl Drop for Owed {
+    fn drop(&mut self) {
+        for &token in &self.tokens {
+            self.queue.push(Completion {
+                token,
+                result: Err(RemoteError::Closed),
+            });
+        }
     }
 }
 
@@ -424,7 +456,9 @@ impl Shared {
     /// Deletes fields of one group in the background (errors counted; the TTL is the backstop).
     fn spawn_hdel(self: &Arc<Self>, key: String, fields: Vec<String>) {
         let shared = self.clone();
-        let guard = InFlight::new(self);
+        let Some(guard) = InFlight::enter(self) else {
+            return;
+        };
         self.runtime.spawn(async move {
             let _guard = guard;
             let mut pipe = redis::pipe();
@@ -708,10 +742,9 @@ impl RemoteStore {
         F: FnOnce(Arc<Shared>) -> Fut,
         Fut: std::future::Future<Output = Result<(), RemoteError>>,
     {
-        if self.shared.closed.load(Ordering::Acquire) {
+        let Some(_guard) = InFlight::enter(&self.shared) else {
             return Err(RemoteError::Closed);
-        }
-        let _guard = InFlight::new(&self.shared);
+        };
         self.shared.runtime.block_on(f(self.shared.clone()))
     }
 
@@ -727,7 +760,7 @@ impl RemoteStore {
             return Ok(CloseReport::default());
         };
         let shared = self.shared.clone();
-        shared.closed.store(true, Ordering::Release);
+        shared.closed.store(true, Ordering::SeqCst);
         for task in self.background.drain(..) {
             task.abort();
         }
@@ -806,28 +839,19 @@ impl RemoteClient {
 
     /// Reads several `(token, id)`: one `HMGET` per group; one completion per token.
     pub fn get_batch(&self, requests: Vec<(u64, u64)>) {
-        if self.shared.closed.load(Ordering::Acquire) {
-            for (token, _) in requests {
-                self.queue.push(Completion {
-                    token,
-                    result: Err(RemoteError::Closed),
-                });
-            }
-            return;
-        }
+        let owed = Owed {
+            queue: self.queue.clone(),
+            tokens: requests.iter().map(|&(token, _)| token).collect(),
+        };
+        let Some(guard) = InFlight::enter(&self.shared) else {
+            return; // owed completes them as Closed
+        };
         let shared = self.shared.clone();
-        let queue = self.queue.clone();
-        let guard = InFlight::new(&shared);
         self.shared.runtime.spawn(async move {
             let _guard = guard;
             let ids: Vec<u64> = requests.iter().map(|&(_, id)| id).collect();
             let results = shared.get_batch(&ids).await;
-            for ((token, _), result) in requests.into_iter().zip(results) {
-                queue.push(Completion {
-                    token,
-                    result: result.map(Some),
-                });
-            }
+            owed.pay(results.into_iter().map(|r| r.map(Some)));
         });
     }
 
@@ -862,20 +886,17 @@ impl RemoteClient {
         F: FnOnce(Arc<Shared>) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = Result<Option<Vec<u8>>, RemoteError>> + Send + 'static,
     {
-        if self.shared.closed.load(Ordering::Acquire) {
-            self.queue.push(Completion {
-                token,
-                result: Err(RemoteError::Closed),
-            });
-            return;
-        }
+        let owed = Owed {
+            queue: self.queue.clone(),
+            tokens: vec![token],
+        };
+        let Some(guard) = InFlight::enter(&self.shared) else {
+            return; // owed completes it as Closed
+        };
         let shared = self.shared.clone();
-        let queue = self.queue.clone();
-        let guard = InFlight::new(&shared);
         self.shared.runtime.spawn(async move {
             let _guard = guard;
-            let result = f(shared).await;
-            queue.push(Completion { token, result });
+            owed.pay([f(shared).await]);
         });
     }
 }
