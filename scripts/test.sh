@@ -42,6 +42,7 @@ need_tool cc gcc libc6-dev
 need_tool javac default-jdk-headless
 need_tool node nodejs
 need_tool go golang-go
+add_apt redis-server redis-tools openssl   # crates/uswap-remote tests: a real local Redis Cluster (scripts/redis-cluster.sh; --tls needs openssl)
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "installing Debian packages: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -1,0 +1,258 @@
+//! Where an id's value lives in the cluster, and what a value looks like.
+//!
+//! ## Keys: one Redis hash per group of 512 ids
+//!
+//! Id `i` (the engine's swap slot), written at generation `g` (the store's write counter),
+//! lives in field `<i % 512>:<g, hex>` of the hash
+//!
+//! ```text
+//! uswap:{<prefix: 32 hex digits>.<i / 512, hex>}
+//! ```
+//!
+//! - The generation in the field name makes a write never collide with an older one of the
+//!   same id: a delete of the old value still in flight when the slot is reused cannot remove
+//!   the new one, and a new write lost in a failover reads as missing (`Lost`), never as the
+//!   slot's previous page. The store keeps each live id's generation (8 bytes per id) and
+//!   deletes the replaced field once the new write is acknowledged.
+//! - The prefix is 128 random bits from the OS (getrandom), made per store: another pool
+//!   cannot find this pool's keys by guessing, and a SCAN is the only way to list them (ACLs
+//!   can forbid it: `~uswap:*` patterns do not need `KEYS`/`SCAN`).
+//! - The whole key is the hash tag `{...}`, so a group lives in one slot: a write of many pages
+//!   of a group is one `HSET` on one node (one round trip, one `WAIT`), and the groups of a
+//!   pool spread over all the shards.
+//! - One `EXPIRE` covers 512 ids: refreshing the TTL of a 100 GiB pool of 4 KiB pages is ~51k
+//!   `EXPIRE`s per refresh period, not 26M; deleting the pool at close is one `DEL` per group;
+//!   and Redis keeps one key (dict entry, expire entry) per 512 pages. The cost: a group is
+//!   served by one shard (ids are dense swap slots, so the groups of a big pool still spread
+//!   evenly), and a group holding 512 2 MiB values is a 1 GiB key (slow to migrate when
+//!   resharding; the engine gives units ids 512 apart, so a group holds one unit).
+//!
+//! ## Values: a 32-byte header, then the payload
+//!
+//! ```text
+//! 0   magic "USWR"          4
+//! 4   version (1)           2
+//! 6   reserved (0)          2
+//! 8   id                    8   little-endian: the key's identity
+//! 16  generation            8   the store's write counter at this write (never 0)
+//! 24  payload length        4
+//! 28  crc32c                4   over the pool's prefix, bytes 0..28, and the payload
+//! ```
+//!
+//! A read checks all of it: a value of another id (a misplaced or swapped value), of another
+//! pool (the prefix is in the checksum), truncated, or flipped is `Corrupt`; an older write of
+//! the same id (a write lost in a failover, a slot reused after a lost delete) is `Lost` — the
+//! caller never gets another page's bytes or zeros.
+
+use crate::RemoteError;
+
+/// Ids per group (one hash key).
+pub const GROUP_IDS: u64 = 512;
+
+/// Bytes of the header in front of every payload.
+pub const HEADER_LEN: usize = 32;
+
+const MAGIC: [u8; 4] = *b"USWR";
+const VERSION: u16 = 1;
+
+/// The per-store private key prefix: 128 random bits.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Prefix {
+    hex: String,
+    crc_seed: u32,
+}
+
+impl Prefix {
+    /// A fresh prefix from the OS's random source.
+    pub fn random() -> Result<Prefix, RemoteError> {
+        let mut bytes = [0u8; 16];
+        getrandom::fill(&mut bytes).map_err(|e| {
+            RemoteError::Config(format!("no OS randomness for the key prefix: {e}"))
+        })?;
+        Ok(Prefix::from_bytes(bytes))
+    }
+
+    fn from_bytes(bytes: [u8; 16]) -> Prefix {
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        Prefix {
+            crc_seed: crc32c::crc32c(&bytes),
+            hex,
+        }
+    }
+
+    /// The prefix as 32 lowercase hex digits.
+    pub fn as_hex(&self) -> &str {
+        &self.hex
+    }
+
+    /// The hash key of a group.
+    pub fn group_key(&self, group: u64) -> String {
+        format!("uswap:{{{}.{:x}}}", self.hex, group)
+    }
+}
+
+impl std::fmt::Debug for Prefix {
+    // the prefix is what keeps the pool private: keep it out of logs
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Prefix(<128 random bits>)")
+    }
+}
+
+/// The group of an id.
+pub fn group_of(id: u64) -> u64 {
+    id / GROUP_IDS
+}
+
+/// The cluster slot of a key: CRC16 (XMODEM) of its hash tag, mod 16384, as Redis Cluster
+/// computes it.
+pub fn slot_of(key: &str) -> u16 {
+    let key = key.as_bytes();
+    let tag = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            let close = rest.iter().position(|&b| b == b'}')?;
+            (close > 0).then(|| &rest[..close])
+        })
+        .unwrap_or(key);
+    crc16::State::<crc16::XMODEM>::calculate(tag) % 16384
+}
+
+fn checksum(prefix: &Prefix, head: &[u8], payload: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c_append(prefix.crc_seed, head), payload)
+}
+
+/// The header of a value of `id` at `generation` holding `payload`.
+pub fn header(prefix: &Prefix, id: u64, generation: u64, payload: &[u8]) -> [u8; HEADER_LEN] {
+    let mut h = [0u8; HEADER_LEN];
+    h[0..4].copy_from_slice(&MAGIC);
+    h[4..6].copy_from_slice(&VERSION.to_le_bytes());
+    h[8..16].copy_from_slice(&id.to_le_bytes());
+    h[16..24].copy_from_slice(&generation.to_le_bytes());
+    h[24..28].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    let crc = checksum(prefix, &h[0..28], payload);
+    h[28..32].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+/// Checks a value read for `id` (expecting the write of `generation`) and strips its header.
+pub fn open(
+    prefix: &Prefix,
+    id: u64,
+    generation: u64,
+    mut value: Vec<u8>,
+) -> Result<Vec<u8>, RemoteError> {
+    let corrupt = |why: String| Err(RemoteError::Corrupt { id, why });
+    if value.len() < HEADER_LEN {
+        return corrupt(format!("{} bytes, shorter than the header", value.len()));
+    }
+    let h: [u8; HEADER_LEN] = value[..HEADER_LEN].try_into().expect("length checked");
+    if h[0..4] != MAGIC {
+        return corrupt("bad magic (not a uswap value)".into());
+    }
+    let version = u16::from_le_bytes([h[4], h[5]]);
+    if version != VERSION {
+        return corrupt(format!("unknown value version {version}"));
+    }
+    let len = u32::from_le_bytes(h[24..28].try_into().expect("4 bytes")) as usize;
+    if len != value.len() - HEADER_LEN {
+        return corrupt(format!(
+            "header says {len} payload bytes, value holds {}",
+            value.len() - HEADER_LEN
+        ));
+    }
+    let crc = u32::from_le_bytes(h[28..32].try_into().expect("4 bytes"));
+    if checksum(prefix, &h[0..28], &value[HEADER_LEN..]) != crc {
+        return corrupt("checksum mismatch".into());
+    }
+    // the checksum holds, so these fields are what was written under this pool's prefix
+    let value_id = u64::from_le_bytes(h[8..16].try_into().expect("8 bytes"));
+    if value_id != id {
+        return corrupt(format!("holds the value of id {value_id}"));
+    }
+    let value_gen = u64::from_le_bytes(h[16..24].try_into().expect("8 bytes"));
+    if value_gen != generation {
+        return Err(RemoteError::Lost {
+            id,
+            why: if value_gen < generation {
+                "an older write of this id: the last acknowledged write was lost"
+            } else {
+                "a newer write of this id than the store acknowledged"
+            },
+        });
+    }
+    value.drain(..HEADER_LEN);
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value(prefix: &Prefix, id: u64, gen: u64, payload: &[u8]) -> Vec<u8> {
+        let mut v = header(prefix, id, gen, payload).to_vec();
+        v.extend_from_slice(payload);
+        v
+    }
+
+    #[test]
+    fn round_trip_is_exact() {
+        let p = Prefix::random().unwrap();
+        for len in [0usize, 1, 4096, 2 << 20] {
+            let payload: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
+            let got = open(&p, 77, 3, value(&p, 77, 3, &payload)).unwrap();
+            assert_eq!(got, payload);
+        }
+    }
+
+    #[test]
+    fn every_kind_of_damage_is_caught() {
+        let p = Prefix::random().unwrap();
+        let payload = vec![0xabu8; 4096];
+        let good = value(&p, 5, 9, &payload);
+        let is_corrupt =
+            |r: Result<Vec<u8>, RemoteError>| matches!(r, Err(RemoteError::Corrupt { .. }));
+        // another id's value under this key
+        assert!(is_corrupt(open(&p, 6, 9, good.clone())));
+        // another pool's value (same id and generation)
+        let other = Prefix::random().unwrap();
+        assert!(is_corrupt(open(&other, 5, 9, good.clone())));
+        // a flipped bit anywhere
+        for at in [0, 5, 8, 17, 25, 29, HEADER_LEN, HEADER_LEN + 4095] {
+            let mut bad = good.clone();
+            bad[at] ^= 0x10;
+            assert!(is_corrupt(open(&p, 5, 9, bad)), "flip at {at}");
+        }
+        // truncated, extended, empty, zeros
+        assert!(is_corrupt(open(&p, 5, 9, good[..good.len() - 1].to_vec())));
+        let mut long = good.clone();
+        long.push(0);
+        assert!(is_corrupt(open(&p, 5, 9, long)));
+        assert!(is_corrupt(open(&p, 5, 9, Vec::new())));
+        assert!(is_corrupt(open(&p, 5, 9, vec![0; 4096 + HEADER_LEN])));
+        // an older write of the same id is a lost write
+        assert!(matches!(
+            open(&p, 5, 10, good.clone()),
+            Err(RemoteError::Lost { id: 5, .. })
+        ));
+        assert!(open(&p, 5, 9, good).is_ok());
+    }
+
+    #[test]
+    fn keys_group_ids_and_keep_the_prefix_private() {
+        let p = Prefix::random().unwrap();
+        assert_eq!(p.as_hex().len(), 32);
+        assert_ne!(p, Prefix::random().unwrap());
+        assert_eq!(group_of(511), 0);
+        assert_eq!(group_of(512), 1);
+        let key = p.group_key(0x1234);
+        assert_eq!(key, format!("uswap:{{{}.1234}}", p.as_hex()));
+        assert!(!format!("{p:?}").contains(p.as_hex()));
+        // Redis Cluster's reference values
+        assert_eq!(slot_of("123456789"), 0x31c3);
+        assert_eq!(slot_of("foo"), 12182);
+        assert_eq!(slot_of("x{foo}y"), 12182);
+        assert_eq!(slot_of("{}foo"), slot_of("{}foo"));
+    }
+}

@@ -1,0 +1,1221 @@
+//! The store: connections to the cluster, the requests, their retries, their completions.
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::Write;
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::stream::{self, StreamExt};
+use redis::cluster::ClusterClientBuilder;
+use redis::{
+    ErrorKind, IntoConnectionInfo, Pipeline, RedisError, RedisWrite, ServerErrorKind, ToRedisArgs,
+    Value,
+};
+
+use crate::completion::{Completion, CompletionQueue};
+use crate::conn::Conn;
+use crate::counters::Counters;
+use crate::layout::{self, group_of, Prefix};
+use crate::live::LiveSet;
+use crate::{RemoteConfig, RemoteCounters, RemoteError};
+
+/// How often the store reads the cluster's layout.
+const TOPOLOGY_PERIOD: Duration = Duration::from_millis(500);
+/// Most payload bytes in one `HSET` (Redis refuses a request over `client-query-buffer-limit`,
+/// 1 GiB by default; smaller commands also keep one slow write from holding a connection long).
+const HSET_BYTES: usize = 32 << 20;
+/// Concurrent requests of a TTL refresh or a close.
+const BACKGROUND_CONCURRENCY: usize = 64;
+/// Longest pause between two attempts of a request.
+const MAX_BACKOFF: Duration = Duration::from_millis(200);
+
+/// A pool's private store in a Redis Cluster. See the crate docs for the API and its contract.
+pub struct RemoteStore {
+    shared: Arc<Shared>,
+    runtime: Option<tokio::runtime::Runtime>,
+    /// the TTL refresh and topology loops
+    background: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// A handle for one engine thread: requests go out without blocking, completions come back
+/// to its queue and wake its eventfd.
+pub struct RemoteClient {
+    shared: Arc<Shared>,
+    queue: Arc<CompletionQueue>,
+}
+
+/// What `close` did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CloseReport {
+    /// Group keys deleted.
+    pub groups_deleted: u64,
+    /// Group keys whose delete failed (they expire within `key_ttl`).
+    pub groups_failed: u64,
+}
+
+/// Where an id's value lives: for tools and tests that look at the cluster directly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Location {
+    /// The hash key (one per group of 512 ids).
+    pub key: String,
+    /// The field inside the hash: `<id % 512>:<generation, hex>`.
+    pub field: String,
+}
+
+struct Shared {
+    cfg: RemoteConfig,
+    prefix: Prefix,
+    replicas_to_wait: u32,
+    runtime: tokio::runtime::Handle,
+    /// reads only, so a fault never waits behind a write's `WAIT`
+    reads: Conn,
+    /// writes; a group always uses the same one (its writes stay in order)
+    writes: Vec<Conn>,
+    /// deletes, TTL refresh, close
+    background: Conn,
+    /// guarded: live ids and their generations
+    live: Mutex<LiveSet>,
+    counters: Counters,
+    /// guarded: addresses that were primaries (a new one is a failover seen)
+    primaries: Mutex<HashSet<String>>,
+    /// guarded: healthy replicas per slot, from the last `CLUSTER NODES` (every
+    /// `TOPOLOGY_PERIOD`): a write to a shard that cannot satisfy `WAIT` fails at once
+    /// instead of holding a connection for `wait_timeout`
+    slot_replicas: Mutex<Arc<Vec<u8>>>,
+    closed: AtomicBool,
+    in_flight: AtomicUsize,
+}
+
+/// The value argument of an `HSET`: header and payload written straight into the command
+/// buffer (no intermediate copy of the payload).
+struct Framed<'a> {
+    header: [u8; layout::HEADER_LEN],
+    payload: &'a [u8],
+}
+
+impl ToRedisArgs for Framed<'_> {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        let mut arg = out.writer_for_next_arg();
+        // the writer appends to the command's Vec: it cannot fail
+        let _ = arg.write_all(&self.header);
+        let _ = arg.write_all(self.payload);
+    }
+}
+
+fn field(id: u64, generation: u64) -> String {
+    format!("{}:{:x}", id % layout::GROUP_IDS, generation)
+}
+
+/// Counts a request in flight from spawn to completion (close waits for them).
+///
+/// Taken before the request checks `closed` (both SeqCst), so that either the request sees
+/// the store closed, or `close` sees the request and waits for it.
+struct InFlight(Arc<Shared>);
+
+impl InFlight {
+    /// `None` when the store is closed.
+    fn enter(shared: &Arc<Shared>) -> Option<InFlight> {
+        shared.in_flight.fetch_add(1, Ordering::SeqCst);
+        let guard = InFlight(shared.clone());
+        (!shared.closed.load(Ordering::SeqCst)).then_some(guard)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The completions a spawned request owes: if its task is dropped unfinished (the runtime
+/// shutting down at close), each token still completes, with [`RemoteError::Closed`], so
+/// no engine thread waits forever.
+struct Owed {
+    queue: Arc<CompletionQueue>,
+    tokens: Vec<u64>,
+}
+
+impl Owed {
+    fn pay(mut self, results: impl IntoIterator<Item = Result<Option<Vec<u8>>, RemoteError>>) {
+        for (token, result) in std::mem::take(&mut self.tokens).into_iter().zip(results) {
+            self.queue.push(Completion { token, result });
+        }
+    }
+}
+
+impl Drop for Owed {
+    fn drop(&mut self) {
+        for &token in &self.tokens {
+            self.queue.push(Completion {
+                token,
+                result: Err(RemoteError::Closed),
+            });
+        }
+    }
+}
+
+enum Failure {
+    Transient(String),
+    /// no answer in time (twice in a row: the connection is rebuilt)
+    Timeout(String),
+    Fatal(RemoteError),
+}
+
+impl Shared {
+    /// Takes a fresh layout of the cluster: per-slot replica health, and new primaries (a
+    /// failover seen).
+    fn update_layout(&self, layout: Layout) {
+        {
+            let mut primaries = self.primaries.lock().expect("primaries");
+            for p in layout.primaries {
+                if primaries.insert(p) {
+                    Counters::add(&self.counters.failovers_seen, 1);
+                }
+            }
+        }
+        *self.slot_replicas.lock().expect("topology") = Arc::new(layout.slot_replicas);
+    }
+
+    /// Asks a random node for the layout (bounded by `op_timeout`, no retry: the next round
+    /// asks again).
+    async fn fetch_layout(&self) -> Option<Layout> {
+        let (_, mut conn) = self.background.get();
+        let ask = conn.route_command(
+            redis::cmd("CLUSTER").arg("NODES").clone(),
+            redis::cluster_routing::RoutingInfo::SingleNode(
+                redis::cluster_routing::SingleNodeRoutingInfo::Random,
+            ),
+        );
+        match tokio::time::timeout(self.cfg.op_timeout, ask).await {
+            Ok(Ok(Value::BulkString(text))) => parse_nodes(&String::from_utf8_lossy(&text)),
+            Ok(Ok(Value::VerbatimString { text, .. })) => parse_nodes(&text),
+            _ => None,
+        }
+    }
+
+    /// Sorts an error into retry-worthy or final, counting what it says about the cluster.
+    fn classify(&self, e: &RedisError) -> Failure {
+        let c = &self.counters;
+        match e.kind() {
+            ErrorKind::Server(ServerErrorKind::Moved) | ErrorKind::Server(ServerErrorKind::Ask) => {
+                Counters::add(&c.redirects, 1);
+                if e.kind() == ErrorKind::Server(ServerErrorKind::Moved) {
+                    if let Some((addr, _slot)) = e.redirect_node() {
+                        let mut primaries = self.primaries.lock().expect("primaries");
+                        if primaries.insert(addr.to_string()) {
+                            Counters::add(&c.failovers_seen, 1);
+                        }
+                    }
+                }
+                Failure::Transient(e.to_string())
+            }
+            ErrorKind::Server(
+                ServerErrorKind::ClusterDown
+                | ServerErrorKind::TryAgain
+                | ServerErrorKind::MasterDown
+                | ServerErrorKind::BusyLoading
+                | ServerErrorKind::ReadOnly,
+            ) => {
+                Counters::add(&c.cluster_down, 1);
+                Failure::Transient(e.to_string())
+            }
+            ErrorKind::AuthenticationFailed | ErrorKind::Server(ServerErrorKind::NoPerm) => {
+                Failure::Fatal(RemoteError::Denied {
+                    node: "cluster".into(),
+                    cause: e.to_string(),
+                })
+            }
+            ErrorKind::Io | ErrorKind::ClusterConnectionNotFound | ErrorKind::Parse => {
+                if e.is_timeout() {
+                    Counters::add(&c.timeouts, 1);
+                    Failure::Timeout(e.to_string())
+                } else {
+                    Counters::add(&c.connection_losses, 1);
+                    Failure::Transient(e.to_string())
+                }
+            }
+            _ => Failure::Fatal(RemoteError::Server(e.to_string())),
+        }
+    }
+
+    /// `NotReplicated` when the primary serving `slot` has fewer healthy replicas than
+    /// `replicas_to_wait` (as the last layout says): a `WAIT` there could only time out, and
+    /// would hold the connection for `wait_timeout` meanwhile.
+    fn replica_shortfall(&self, slot: u16) -> Option<RemoteError> {
+        let healthy = self.slot_replicas.lock().expect("topology")[slot as usize];
+        (healthy != NO_PRIMARY && (healthy as u32) < self.replicas_to_wait).then_some(
+            RemoteError::NotReplicated {
+                acked: healthy as u32,
+                wanted: self.replicas_to_wait,
+            },
+        )
+    }
+
+    /// Runs `pipe` (all of one slot) on `conn`, retrying transient failures for `retry_for`;
+    /// each attempt bounded by `op_timeout`. Error replies inside the pipeline count too.
+    /// `waits_on`: the slot of a pipeline ending in `WAIT`, checked before every attempt.
+    async fn run(
+        &self,
+        conn: &Conn,
+        pipe: &Pipeline,
+        waits_on: Option<u16>,
+    ) -> Result<Vec<Value>, RemoteError> {
+        let start = Instant::now();
+        let mut backoff = Duration::from_millis(2);
+        let mut attempts = 0u32;
+        let mut timeouts_in_a_row = 0;
+        loop {
+            attempts += 1;
+            if let Some(shortfall) = waits_on.and_then(|slot| self.replica_shortfall(slot)) {
+                return Err(shortfall);
+            }
+            let (generation, mut c) = conn.get();
+            let attempt = tokio::time::timeout(
+                self.cfg.op_timeout,
+                redis::aio::ConnectionLike::req_packed_commands(&mut c, pipe, 0, pipe.len()),
+            )
+            .await;
+            let failure = match attempt {
+                Ok(Ok(values)) => {
+                    match values.iter().find(|v| matches!(v, Value::ServerError(_))) {
+                        None => return Ok(values),
+                        Some(err) => match err.clone().extract_error() {
+                            Err(e) => self.classify(&e),
+                            Ok(_) => {
+                                Failure::Fatal(RemoteError::Server("unreadable error reply".into()))
+                            }
+                        },
+                    }
+                }
+                Ok(Err(e)) => self.classify(&e),
+                Err(_) => {
+                    Counters::add(&self.counters.timeouts, 1);
+                    Failure::Timeout(format!(
+                        "no answer within op_timeout {:?}",
+                        self.cfg.op_timeout
+                    ))
+                }
+            };
+            let last = match failure {
+                Failure::Fatal(e) => return Err(e),
+                Failure::Transient(last) => {
+                    timeouts_in_a_row = 0;
+                    last
+                }
+                Failure::Timeout(last) => {
+                    timeouts_in_a_row += 1;
+                    if timeouts_in_a_row >= 2 && conn.rebuild(generation, self.cfg.op_timeout).await
+                    {
+                        Counters::add(&self.counters.reconnects, 1);
+                        timeouts_in_a_row = 0;
+                    }
+                    last
+                }
+            };
+            let waited = start.elapsed();
+            if waited + backoff >= self.cfg.retry_for {
+                return Err(RemoteError::Unavailable {
+                    waited,
+                    attempts,
+                    last,
+                });
+            }
+            Counters::add(&self.counters.retries, 1);
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    fn write_conn(&self, group: u64) -> &Conn {
+        &self.writes[(group % self.writes.len() as u64) as usize]
+    }
+
+    /// Writes one batch: one pipeline per group (`HSET`s, `PEXPIRE`, `WAIT`), all groups at
+    /// once; done when every group is acknowledged by the primary and the replicas.
+    async fn put_batch(self: &Arc<Self>, items: Vec<(u64, Vec<u8>)>) -> Result<(), RemoteError> {
+        let started = Instant::now();
+        let mut by_group: BTreeMap<u64, Vec<(u64, u64, Vec<u8>)>> = BTreeMap::new();
+        {
+            let mut live = self.live.lock().expect("live set");
+            for (id, payload) in items {
+                if payload.len() > u32::MAX as usize {
+                    return Err(RemoteError::Config(format!(
+                        "id {id}: payload of {} bytes is over 4 GiB",
+                        payload.len()
+                    )));
+                }
+                let generation = live.next_generation();
+                by_group
+                    .entry(group_of(id))
+                    .or_default()
+                    .push((id, generation, payload));
+            }
+        }
+        let results = futures_util::future::join_all(
+            by_group
+                .into_iter()
+                .map(|(group, items)| self.put_group(group, items)),
+        )
+        .await;
+        let result = results.into_iter().find(|r| r.is_err()).unwrap_or(Ok(()));
+        let c = &self.counters;
+        match &result {
+            Ok(()) => c
+                .put_latency
+                .lock()
+                .expect("latency")
+                .record(started.elapsed()),
+            Err(e) => {
+                Counters::add(&c.write_errors, 1);
+                if matches!(e, RemoteError::NotReplicated { .. }) {
+                    Counters::add(&c.not_replicated, 1);
+                }
+            }
+        }
+        result
+    }
+
+    async fn put_group(
+        self: &Arc<Self>,
+        group: u64,
+        items: Vec<(u64, u64, Vec<u8>)>,
+    ) -> Result<(), RemoteError> {
+        let key = self.prefix.group_key(group);
+        let slot = layout::slot_of(&key);
+        let mut pipe = redis::pipe();
+        let mut in_cmd = usize::MAX;
+        for (id, generation, payload) in &items {
+            if in_cmd.saturating_add(payload.len()) > HSET_BYTES {
+                pipe.cmd("HSET").arg(&key);
+                in_cmd = 0;
+            }
+            in_cmd += payload.len();
+            let header = layout::header(&self.prefix, *id, *generation, payload);
+            pipe.arg(field(*id, *generation))
+                .arg(Framed { header, payload });
+        }
+        pipe.cmd("PEXPIRE")
+            .arg(&key)
+            .arg(self.cfg.key_ttl.as_millis() as u64);
+        if self.replicas_to_wait > 0 {
+            pipe.cmd("WAIT")
+                .arg(self.replicas_to_wait)
+                .arg(self.cfg.wait_timeout.as_millis() as u64);
+        }
+        let mut result = self
+            .run(
+                self.write_conn(group),
+                &pipe,
+                (self.replicas_to_wait > 0).then_some(slot),
+            )
+            .await;
+        if let Ok(values) = &result {
+            if self.replicas_to_wait > 0 {
+                let acked = match values.last() {
+                    Some(Value::Int(n)) => *n,
+                    other => {
+                        return Err(RemoteError::Server(format!("WAIT answered {other:?}")));
+                    }
+                };
+                if acked < self.replicas_to_wait as i64 {
+                    result = Err(RemoteError::NotReplicated {
+                        acked: acked.max(0) as u32,
+                        wanted: self.replicas_to_wait,
+                    });
+                }
+            }
+        }
+        let mut garbage = Vec::new();
+        {
+            let mut live = self.live.lock().expect("live set");
+            for (id, generation, _) in &items {
+                if result.is_ok() {
+                    if let Some(old) = live.acknowledged(*id, *generation) {
+                        garbage.push(field(*id, old));
+                    }
+                } else {
+                    // the fields may be on the primary: drop them, and let close delete the key
+                    live.write_failed(*id);
+                    garbage.push(field(*id, *generation));
+                }
+            }
+        }
+        if result.is_ok() {
+            let bytes: usize = items.iter().map(|(_, _, p)| p.len()).sum();
+            Counters::add(&self.counters.writes, items.len() as u64);
+            Counters::add(&self.counters.bytes_out, bytes as u64);
+        }
+        if !garbage.is_empty() {
+            self.spawn_hdel(key, garbage);
+        }
+        result.map(|_| ())
+    }
+
+    /// Deletes fields of one group in the background (errors counted; the TTL is the backstop).
+    fn spawn_hdel(self: &Arc<Self>, key: String, fields: Vec<String>) {
+        let shared = self.clone();
+        let Some(guard) = InFlight::enter(self) else {
+            return;
+        };
+        self.runtime.spawn(async move {
+            let _guard = guard;
+            let mut pipe = redis::pipe();
+            pipe.cmd("HDEL").arg(&key).arg(&fields);
+            if shared.run(&shared.background, &pipe, None).await.is_err() {
+                Counters::add(&shared.counters.delete_errors, 1);
+            }
+        });
+    }
+
+    /// Reads several ids: one `HMGET` per group, all groups at once; one result per id, in order.
+    async fn get_batch(&self, ids: &[u64]) -> Vec<Result<Vec<u8>, RemoteError>> {
+        let started = Instant::now();
+        let mut results: Vec<Option<Result<Vec<u8>, RemoteError>>> = vec![None; ids.len()];
+        let mut by_group: BTreeMap<u64, Vec<(usize, u64, u64)>> = BTreeMap::new();
+        {
+            let live = self.live.lock().expect("live set");
+            for (at, &id) in ids.iter().enumerate() {
+                match live.generation(id) {
+                    Some(generation) => by_group
+                        .entry(group_of(id))
+                        .or_default()
+                        .push((at, id, generation)),
+                    None => results[at] = Some(Err(RemoteError::NotStored { id })),
+                }
+            }
+        }
+        let groups = futures_util::future::join_all(by_group.into_iter().map(
+            |(group, wanted)| async move {
+                let mut pipe = redis::pipe();
+                pipe.cmd("HMGET").arg(self.prefix.group_key(group));
+                for (_, id, generation) in &wanted {
+                    pipe.arg(field(*id, *generation));
+                }
+                (wanted, self.run(&self.reads, &pipe, None).await)
+            },
+        ))
+        .await;
+        for (wanted, reply) in groups {
+            let values = match reply {
+                Ok(mut values) => match values.pop() {
+                    Some(Value::Array(values)) if values.len() == wanted.len() => Ok(values),
+                    other => Err(RemoteError::Server(format!("HMGET answered {other:?}"))),
+                },
+                Err(e) => Err(e),
+            };
+            match values {
+                Ok(values) => {
+                    for ((at, id, generation), value) in wanted.into_iter().zip(values) {
+                        results[at] = Some(self.open_value(id, generation, value));
+                    }
+                }
+                Err(e) => {
+                    for (at, ..) in wanted {
+                        results[at] = Some(Err(e.clone()));
+                    }
+                }
+            }
+        }
+        let c = &self.counters;
+        let results: Vec<_> = results
+            .into_iter()
+            .map(|r| r.expect("every id answered"))
+            .collect();
+        for r in &results {
+            match r {
+                Ok(payload) => {
+                    Counters::add(&c.reads, 1);
+                    Counters::add(&c.bytes_in, payload.len() as u64);
+                }
+                Err(e) => {
+                    Counters::add(&c.read_errors, 1);
+                    match e {
+                        RemoteError::Lost { .. } => Counters::add(&c.lost, 1),
+                        RemoteError::Corrupt { .. } => Counters::add(&c.corrupt, 1),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        if ids.len() == 1 && results[0].is_ok() {
+            c.get_latency
+                .lock()
+                .expect("latency")
+                .record(started.elapsed());
+        }
+        results
+    }
+
+    fn open_value(&self, id: u64, generation: u64, value: Value) -> Result<Vec<u8>, RemoteError> {
+        match value {
+            Value::BulkString(bytes) => layout::open(&self.prefix, id, generation, bytes),
+            Value::Nil => Err(RemoteError::Lost {
+                id,
+                why: "its field is missing: every copy lost, expired, or deleted",
+            }),
+            other => Err(RemoteError::Corrupt {
+                id,
+                why: format!("not a string value: {other:?}"),
+            }),
+        }
+    }
+
+    /// Forgets the ids and deletes their fields in the background.
+    fn delete_batch(self: &Arc<Self>, ids: &[u64]) {
+        let mut by_group: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+        {
+            let mut live = self.live.lock().expect("live set");
+            for &id in ids {
+                if let Some(generation) = live.remove(id) {
+                    by_group
+                        .entry(group_of(id))
+                        .or_default()
+                        .push(field(id, generation));
+                }
+            }
+        }
+        let n: usize = by_group.values().map(Vec::len).sum();
+        Counters::add(&self.counters.deletes, n as u64);
+        for (group, fields) in by_group {
+            self.spawn_hdel(self.prefix.group_key(group), fields);
+        }
+    }
+
+    /// Sets the TTL of every group holding a live id again.
+    async fn refresh_ttl(&self) -> Result<(), RemoteError> {
+        let groups = self.live.lock().expect("live set").live_groups();
+        let ttl_ms = self.cfg.key_ttl.as_millis() as u64;
+        let failed = stream::iter(groups)
+            .map(|group| async move {
+                let mut pipe = redis::pipe();
+                pipe.cmd("PEXPIRE")
+                    .arg(self.prefix.group_key(group))
+                    .arg(ttl_ms);
+                match self.run(&self.background, &pipe, None).await.as_deref() {
+                    Ok([Value::Int(1)]) => {
+                        Counters::add(&self.counters.ttl_refreshes, 1);
+                        None
+                    }
+                    // the key is gone: its values are lost (reads will say so)
+                    Ok(_) => Some(RemoteError::Lost {
+                        id: group * layout::GROUP_IDS,
+                        why: "its group's key is gone",
+                    }),
+                    Err(e) => Some(e.clone()),
+                }
+            })
+            .buffer_unordered(BACKGROUND_CONCURRENCY)
+            .filter_map(|r| async move { r })
+            .collect::<Vec<_>>()
+            .await;
+        Counters::add(&self.counters.ttl_refresh_errors, failed.len() as u64);
+        match failed.into_iter().next() {
+            None => Ok(()),
+            Some(e) => Err(e),
+        }
+    }
+}
+
+impl RemoteStore {
+    /// Connects to the cluster: probes the seeds (a clear error when none answers, when one is
+    /// not a cluster node, when the cluster does not serve, or when the credentials are
+    /// refused), reads its layout (for `replicas_to_wait`), opens the connections, and makes
+    /// the pool's random key prefix. Blocks for at most about `op_timeout` per seed.
+    pub fn connect(cfg: RemoteConfig) -> Result<RemoteStore, RemoteError> {
+        cfg.validate()?;
+        let addrs = cfg.node_addresses()?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(cfg.runtime_threads)
+            .thread_name("uswap-remote")
+            .enable_all()
+            .build()
+            .map_err(|e| {
+                RemoteError::Config(format!("cannot start the remote tier's runtime: {e}"))
+            })?;
+        let prefix = Prefix::random()?;
+        let shared =
+            runtime.block_on(connect_shared(cfg, addrs, prefix, runtime.handle().clone()))?;
+        let shared = Arc::new(shared);
+        let background = vec![
+            runtime.spawn(refresh_loop(Arc::downgrade(&shared))),
+            runtime.spawn(topology_loop(Arc::downgrade(&shared))),
+        ];
+        Ok(RemoteStore {
+            shared,
+            runtime: Some(runtime),
+            background,
+        })
+    }
+
+    /// A client whose completions wake `eventfd` (duplicated here: the caller keeps its own fd
+    /// and may close it; `None` for a client polled without an eventfd).
+    pub fn client(&self, eventfd: Option<BorrowedFd<'_>>) -> Result<RemoteClient, RemoteError> {
+        let queue = CompletionQueue::new(eventfd)
+            .map_err(|e| RemoteError::Config(format!("cannot duplicate the eventfd: {e}")))?;
+        Ok(RemoteClient {
+            shared: self.shared.clone(),
+            queue: Arc::new(queue),
+        })
+    }
+
+    /// `WAIT numreplicas` in use.
+    pub fn replicas_to_wait(&self) -> u32 {
+        self.shared.replicas_to_wait
+    }
+
+    /// The settings in use.
+    pub fn config(&self) -> &RemoteConfig {
+        &self.shared.cfg
+    }
+
+    /// The pool's private key prefix (32 hex digits). Keep it private: it is what keeps
+    /// other pools from reading this pool's values.
+    pub fn prefix_hex(&self) -> &str {
+        self.shared.prefix.as_hex()
+    }
+
+    /// Where `id`'s current value lives, if the store holds one.
+    pub fn location(&self, id: u64) -> Option<Location> {
+        let generation = self.shared.live.lock().expect("live set").generation(id)?;
+        Some(Location {
+            key: self.shared.prefix.group_key(group_of(id)),
+            field: field(id, generation),
+        })
+    }
+
+    /// The counters now.
+    pub fn counters(&self) -> RemoteCounters {
+        let live = self.shared.live.lock().expect("live set").live_ids();
+        self.shared.counters.snapshot(live)
+    }
+
+    /// Forgets the ids and deletes their values in the background (errors are counted).
+    pub fn delete_batch(&self, ids: &[u64]) {
+        if !self.shared.closed.load(Ordering::Acquire) {
+            self.shared.delete_batch(ids);
+        }
+    }
+
+    /// Blocking write of a batch (tests, tools): the same as [`RemoteClient::put_batch`].
+    pub fn put_batch_blocking(&self, items: Vec<(u64, Vec<u8>)>) -> Result<(), RemoteError> {
+        self.block_on(|s| async move { s.put_batch(items).await })
+    }
+
+    /// Blocking read of one id.
+    pub fn get_blocking(&self, id: u64) -> Result<Vec<u8>, RemoteError> {
+        self.get_batch_blocking(&[id]).pop().expect("one result")
+    }
+
+    /// Blocking read of several ids: one result per id, in order.
+    pub fn get_batch_blocking(&self, ids: &[u64]) -> Vec<Result<Vec<u8>, RemoteError>> {
+        if self.shared.closed.load(Ordering::Acquire) {
+            return ids.iter().map(|_| Err(RemoteError::Closed)).collect();
+        }
+        let ids = ids.to_vec();
+        let shared = self.shared.clone();
+        self.shared
+            .runtime
+            .block_on(async move { shared.get_batch(&ids).await })
+    }
+
+    /// Refreshes the TTL of every live group now (the store also does it every `key_ttl / 4`).
+    pub fn refresh_ttl_blocking(&self) -> Result<(), RemoteError> {
+        self.block_on(|s| async move { s.refresh_ttl().await })
+    }
+
+    /// Waits until every background request (deletes, cleanup of failed writes) is done.
+    pub fn quiesce(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while self.shared.in_flight.load(Ordering::Acquire) > 0 {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        true
+    }
+
+    fn block_on<F, Fut>(&self, f: F) -> Result<(), RemoteError>
+    where
+        F: FnOnce(Arc<Shared>) -> Fut,
+        Fut: std::future::Future<Output = Result<(), RemoteError>>,
+    {
+        let Some(_guard) = InFlight::enter(&self.shared) else {
+            return Err(RemoteError::Closed);
+        };
+        self.shared.runtime.block_on(f(self.shared.clone()))
+    }
+
+    /// Deletes every key of the pool (one `UNLINK` per group key it may have written), after
+    /// the requests in flight finish (for at most `retry_for + op_timeout`), and stops the
+    /// runtime. Clients of a closed store complete every request with [`RemoteError::Closed`].
+    pub fn close(mut self) -> Result<CloseReport, RemoteError> {
+        self.close_inner()
+    }
+
+    fn close_inner(&mut self) -> Result<CloseReport, RemoteError> {
+        let Some(runtime) = self.runtime.take() else {
+            return Ok(CloseReport::default());
+        };
+        let shared = self.shared.clone();
+        shared.closed.store(true, Ordering::SeqCst);
+        for task in self.background.drain(..) {
+            task.abort();
+        }
+        self.quiesce(shared.cfg.retry_for + shared.cfg.op_timeout);
+        let groups = shared.live.lock().expect("live set").drain_groups();
+        // one UNLINK per group, 64 at a time; the whole close bounded by retry_for + op_timeout
+        // (a dead cluster must not hold the exit: the TTL removes what is left)
+        let deleted = std::sync::atomic::AtomicU64::new(0);
+        let budget = shared.cfg.retry_for + shared.cfg.op_timeout;
+        let _ = runtime.block_on(async {
+            tokio::time::timeout(
+                budget,
+                stream::iter(groups.iter().copied())
+                    .map(|group| {
+                        let (shared, deleted) = (&shared, &deleted);
+                        async move {
+                            let mut pipe = redis::pipe();
+                            pipe.cmd("UNLINK").arg(shared.prefix.group_key(group));
+                            if shared.run(&shared.background, &pipe, None).await.is_ok() {
+                                deleted.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    })
+                    .buffer_unordered(BACKGROUND_CONCURRENCY)
+                    .collect::<Vec<()>>(),
+            )
+            .await
+        });
+        let deleted = deleted.load(Ordering::Relaxed);
+        let report = CloseReport {
+            groups_deleted: deleted,
+            groups_failed: groups.len() as u64 - deleted,
+        };
+        runtime.shutdown_timeout(Duration::from_secs(1));
+        if report.groups_failed > 0 {
+            return Err(RemoteError::Unavailable {
+                waited: budget,
+                attempts: 0,
+                last: format!(
+                    "{} of {} group keys not deleted at close (they expire within key_ttl)",
+                    report.groups_failed,
+                    groups.len()
+                ),
+            });
+        }
+        Ok(report)
+    }
+}
+
+impl Drop for RemoteStore {
+    fn drop(&mut self) {
+        let _ = self.close_inner();
+    }
+}
+
+impl RemoteClient {
+    /// Writes a batch of `(id, payload)`; completes `token` with `Ok(None)` once every value
+    /// is on its primary and `replicas_to_wait` replicas, or with an error (then none of the
+    /// batch counts as written; some values may exist and are cleaned up).
+    pub fn put_batch(&self, token: u64, items: Vec<(u64, Vec<u8>)>) {
+        self.spawn(token, move |s| async move {
+            s.put_batch(items).await.map(|()| None)
+        });
+    }
+
+    /// Reads one id; completes `token` with `Ok(Some(payload))`, exact, or an error.
+    pub fn get(&self, token: u64, id: u64) {
+        self.spawn(token, move |s| async move {
+            s.get_batch(&[id])
+                .await
+                .pop()
+                .expect("one result")
+                .map(Some)
+        });
+    }
+
+    /// Reads several `(token, id)`: one `HMGET` per group; one completion per token.
+    pub fn get_batch(&self, requests: Vec<(u64, u64)>) {
+        let owed = Owed {
+            queue: self.queue.clone(),
+            tokens: requests.iter().map(|&(token, _)| token).collect(),
+        };
+        let Some(guard) = InFlight::enter(&self.shared) else {
+            return; // owed completes them as Closed
+        };
+        let shared = self.shared.clone();
+        self.shared.runtime.spawn(async move {
+            let _guard = guard;
+            let ids: Vec<u64> = requests.iter().map(|&(_, id)| id).collect();
+            let results = shared.get_batch(&ids).await;
+            owed.pay(results.into_iter().map(|r| r.map(Some)));
+        });
+    }
+
+    /// Forgets the ids and deletes their values in the background (no completion; errors are
+    /// counted). Do not delete an id while a write of it is in flight.
+    pub fn delete_batch(&self, ids: &[u64]) {
+        if !self.shared.closed.load(Ordering::Acquire) {
+            self.shared.delete_batch(ids);
+        }
+    }
+
+    /// Moves the completions that arrived into `out` (appended); returns how many. Never
+    /// blocks. Drain the eventfd (read its counter) before calling, so a completion arriving
+    /// meanwhile wakes it again.
+    pub fn poll_completions(&self, out: &mut Vec<Completion>) -> usize {
+        self.queue.drain_into(out)
+    }
+
+    /// Blocking convenience: waits up to `timeout` for at least one completion.
+    pub fn wait_completions(&self, out: &mut Vec<Completion>, timeout: Duration) -> usize {
+        self.queue.wait_into(out, Instant::now() + timeout)
+    }
+
+    /// The counters of the store.
+    pub fn counters(&self) -> RemoteCounters {
+        let live = self.shared.live.lock().expect("live set").live_ids();
+        self.shared.counters.snapshot(live)
+    }
+
+    fn spawn<F, Fut>(&self, token: u64, f: F)
+    where
+        F: FnOnce(Arc<Shared>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<Option<Vec<u8>>, RemoteError>> + Send + 'static,
+    {
+        let owed = Owed {
+            queue: self.queue.clone(),
+            tokens: vec![token],
+        };
+        let Some(guard) = InFlight::enter(&self.shared) else {
+            return; // owed completes it as Closed
+        };
+        let shared = self.shared.clone();
+        self.shared.runtime.spawn(async move {
+            let _guard = guard;
+            owed.pay([f(shared).await]);
+        });
+    }
+}
+
+/// Every `TOPOLOGY_PERIOD`, the cluster's layout again; stops with the store.
+async fn topology_loop(shared: std::sync::Weak<Shared>) {
+    loop {
+        tokio::time::sleep(TOPOLOGY_PERIOD).await;
+        let Some(s) = shared.upgrade() else { return };
+        if s.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let layout = s.fetch_layout().await;
+        if let Some(layout) = layout {
+            s.update_layout(layout);
+        }
+    }
+}
+
+/// Every `key_ttl / 4`, the TTL of every live group again; stops with the store.
+async fn refresh_loop(shared: std::sync::Weak<Shared>) {
+    loop {
+        let period = match shared.upgrade() {
+            Some(s) => s.cfg.key_ttl / 4,
+            None => return,
+        };
+        tokio::time::sleep(period).await;
+        let Some(s) = shared.upgrade() else { return };
+        if s.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let _ = s.refresh_ttl().await;
+    }
+}
+
+/// What a node says about the cluster (`CLUSTER NODES`).
+struct Layout {
+    /// live primaries serving slots
+    primaries: HashSet<String>,
+    /// the fewest healthy replicas any shard has
+    min_replicas: u32,
+    /// per slot: healthy replicas of its live primary; `NO_PRIMARY` when no live primary
+    /// serves it (failover pending, or the shard is gone)
+    slot_replicas: Vec<u8>,
+}
+
+const SLOTS: usize = 16384;
+const NO_PRIMARY: u8 = u8::MAX;
+
+async fn connect_shared(
+    cfg: RemoteConfig,
+    addrs: Vec<(String, u16)>,
+    prefix: Prefix,
+    runtime: tokio::runtime::Handle,
+) -> Result<Shared, RemoteError> {
+    let scheme = if cfg.tls { "rediss" } else { "redis" };
+    let urls: Vec<String> = addrs
+        .iter()
+        .map(|(h, p)| format!("{scheme}://{h}:{p}"))
+        .collect();
+    let layout = probe_seeds(&cfg, &urls).await?;
+    let replicas_to_wait = match cfg.replicas_to_wait {
+        None => layout.min_replicas.min(1),
+        Some(n) if n > layout.min_replicas => {
+            return Err(RemoteError::Config(format!(
+                "replicas_to_wait {n} but a shard of the cluster has only {} replica(s): every write would fail",
+                layout.min_replicas
+            )))
+        }
+        Some(n) => n,
+    };
+
+    let mut builder = ClusterClientBuilder::new(urls.clone())
+        .retries(0) // the store retries itself (bounded by retry_for, counted)
+        .connection_timeout(cfg.op_timeout)
+        .response_timeout(cfg.op_timeout);
+    if let Some(user) = &cfg.username {
+        builder = builder.username(user);
+    }
+    if let Some(password) = &cfg.password {
+        builder = builder.password(password);
+    }
+    #[cfg(feature = "tls")]
+    if let Some(ca) = tls_ca(&cfg)? {
+        builder = builder.certs(ca);
+    }
+    let client = builder
+        .build()
+        .map_err(|e| RemoteError::Config(format!("cluster client: {e}")))?;
+    let open = || Conn::open(client.clone(), cfg.op_timeout * 2);
+    let reads = open().await?;
+    let background = open().await?;
+    let mut writes = Vec::with_capacity(cfg.write_connections);
+    for _ in 0..cfg.write_connections {
+        writes.push(open().await?);
+    }
+    Ok(Shared {
+        cfg,
+        prefix,
+        replicas_to_wait,
+        runtime,
+        reads,
+        writes,
+        background,
+        live: Mutex::new(LiveSet::default()),
+        counters: Counters::default(),
+        primaries: Mutex::new(layout.primaries),
+        slot_replicas: Mutex::new(Arc::new(layout.slot_replicas)),
+        closed: AtomicBool::new(false),
+        in_flight: AtomicUsize::new(0),
+    })
+}
+
+/// The CA certificate to trust (instead of the system's roots), when the settings name one.
+#[cfg(feature = "tls")]
+fn tls_ca(cfg: &RemoteConfig) -> Result<Option<redis::TlsCertificates>, RemoteError> {
+    let Some(path) = &cfg.tls_ca_file else {
+        return Ok(None);
+    };
+    let pem = std::fs::read(path)
+        .map_err(|e| RemoteError::Config(format!("tls_ca_file {}: {e}", path.display())))?;
+    Ok(Some(redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(pem),
+    }))
+}
+
+/// A client for one node (the connect-time probe).
+fn open_client(
+    cfg: &RemoteConfig,
+    url: &str,
+    info: redis::ConnectionInfo,
+) -> Result<redis::Client, RemoteError> {
+    let bad = |e: redis::RedisError| RemoteError::Config(format!("node {url}: {e}"));
+    #[cfg(feature = "tls")]
+    if let Some(ca) = tls_ca(cfg)? {
+        return redis::Client::build_with_tls(info, ca).map_err(bad);
+    }
+    let _ = cfg;
+    redis::Client::open(info).map_err(bad)
+}
+
+/// Asks the seeds, in order, for `CLUSTER INFO` and `CLUSTER NODES`; the first that answers
+/// decides. Distinguishes unreachable, refused credentials, not a cluster, and not serving.
+async fn probe_seeds(cfg: &RemoteConfig, urls: &[String]) -> Result<Layout, RemoteError> {
+    let mut causes = Vec::new();
+    for url in urls {
+        let mut info = url
+            .as_str()
+            .into_connection_info()
+            .map_err(|e| RemoteError::Config(format!("node {url}: {e}")))?;
+        let mut settings = info.redis_settings().clone();
+        if let Some(user) = &cfg.username {
+            settings = settings.set_username(user);
+        }
+        if let Some(password) = &cfg.password {
+            settings = settings.set_password(password);
+        }
+        info = info.set_redis_settings(settings);
+        let client = open_client(cfg, url, info)?;
+        let conn_cfg = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(cfg.op_timeout))
+            .set_response_timeout(Some(cfg.op_timeout));
+        let attempt = async {
+            let mut conn = client
+                .get_multiplexed_async_connection_with_config(&conn_cfg)
+                .await?;
+            let info: String = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query_async(&mut conn)
+                .await?;
+            let nodes: String = redis::cmd("CLUSTER")
+                .arg("NODES")
+                .query_async(&mut conn)
+                .await?;
+            Ok::<_, RedisError>((info, nodes))
+        };
+        match tokio::time::timeout(cfg.op_timeout * 2, attempt).await {
+            Err(_) => causes.push(format!("{url}: timed out")),
+            Ok(Ok((info, nodes))) => {
+                let state = info
+                    .lines()
+                    .find_map(|l| l.trim().strip_prefix("cluster_state:"))
+                    .unwrap_or("unknown")
+                    .to_string();
+                if state != "ok" {
+                    return Err(RemoteError::ClusterDown {
+                        node: url.clone(),
+                        state,
+                    });
+                }
+                return parse_nodes(&nodes).ok_or_else(|| {
+                    RemoteError::Server(format!("{url}: unreadable CLUSTER NODES answer"))
+                });
+            }
+            Ok(Err(e)) => {
+                let text = e.to_string();
+                if text.contains("cluster support disabled") {
+                    return Err(RemoteError::NotACluster { node: url.clone() });
+                }
+                if e.kind() == ErrorKind::AuthenticationFailed
+                    || matches!(e.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"))
+                    || text.contains("NOAUTH")
+                    || text.contains("WRONGPASS")
+                    || text.contains("NOPERM")
+                {
+                    return Err(RemoteError::Denied {
+                        node: url.clone(),
+                        cause: text,
+                    });
+                }
+                causes.push(format!("{url}: {text}"));
+            }
+        }
+    }
+    Err(RemoteError::Unreachable {
+        nodes: urls.join(","),
+        cause: causes.join("; "),
+    })
+}
+
+/// Primaries serving slots and the fewest healthy replicas any of them has.
+fn parse_nodes(nodes: &str) -> Option<Layout> {
+    struct Node<'a> {
+        id: &'a str,
+        addr: String,
+        primary: bool,
+        failed: bool,
+        primary_of: &'a str,
+        slots: Vec<(usize, usize)>,
+    }
+    let parsed: Vec<Node> = nodes
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 8 {
+                return None;
+            }
+            let addr = f[1].split(['@', ',']).next()?.to_string();
+            Some(Node {
+                id: f[0],
+                addr,
+                primary: f[2].split(',').any(|x| x == "master"),
+                failed: f[2]
+                    .split(',')
+                    .any(|x| x == "fail" || x == "fail?" || x == "noaddr"),
+                primary_of: f[3],
+                slots: f[8..]
+                    .iter()
+                    .filter(|r| !r.starts_with('[')) // slots being migrated
+                    .map(|r| {
+                        let (a, b) = r.split_once('-').unwrap_or((r, r));
+                        let (a, b) = (a.parse::<usize>().ok()?, b.parse::<usize>().ok()?);
+                        (a <= b && b < SLOTS).then_some((a, b))
+                    })
+                    .collect::<Option<_>>()?,
+            })
+        })
+        .collect::<Option<_>>()?;
+    let serving: Vec<&Node> = parsed
+        .iter()
+        .filter(|n| n.primary && !n.slots.is_empty() && !n.failed)
+        .collect();
+    if serving.is_empty() {
+        return None;
+    }
+    let mut slot_replicas = vec![NO_PRIMARY; SLOTS];
+    let mut min_replicas = u32::MAX;
+    for p in &serving {
+        let replicas = parsed
+            .iter()
+            .filter(|r| !r.primary && !r.failed && r.primary_of == p.id)
+            .count() as u32;
+        min_replicas = min_replicas.min(replicas);
+        for &(a, b) in &p.slots {
+            slot_replicas[a..=b].fill(replicas.min(NO_PRIMARY as u32 - 1) as u8);
+        }
+    }
+    Some(Layout {
+        primaries: serving.iter().map(|n| n.addr.clone()).collect(),
+        min_replicas,
+        slot_replicas,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_nodes_gives_primaries_and_replicas() {
+        let nodes = "\
+a1 127.0.0.1:30000@40000 myself,master - 0 0 1 connected 0-5460
+a2 127.0.0.1:30001@40001 master - 0 0 2 connected 5461-10922
+a3 127.0.0.1:30002@40002 master - 0 0 3 connected 10923-16383
+b1 127.0.0.1:30003@40003 slave a1 0 0 1 connected
+b2 127.0.0.1:30004@40004 slave a2 0 0 2 connected
+b3 127.0.0.1:30005@40005 slave,fail a3 0 0 3 disconnected
+";
+        let layout = parse_nodes(nodes).unwrap();
+        assert_eq!(layout.primaries.len(), 3);
+        assert!(layout.primaries.contains("127.0.0.1:30001"));
+        assert_eq!(layout.min_replicas, 0, "a3's only replica failed");
+        assert_eq!(layout.slot_replicas[0], 1);
+        assert_eq!(layout.slot_replicas[10922], 1);
+        assert_eq!(layout.slot_replicas[10923], 0);
+        let gone = nodes.replace(
+            "myself,master - 0 0 1 connected 0-5460",
+            "master,fail - 0 0 1 disconnected 0-5460",
+        );
+        let layout = parse_nodes(&gone).unwrap();
+        assert_eq!(layout.slot_replicas[0], NO_PRIMARY);
+        assert_eq!(layout.primaries.len(), 2);
+        let healthy = nodes.replace(
+            "slave,fail a3 0 0 3 disconnected",
+            "slave a3 0 0 3 connected",
+        );
+        assert_eq!(parse_nodes(&healthy).unwrap().min_replicas, 1);
+        assert!(parse_nodes("garbage").is_none());
+    }
+}
