@@ -709,6 +709,51 @@ impl Engine {
         self.with_gauges(c)
     }
 
+    /// What `Pool::check_invariants` reports: inconsistencies the engine counted or
+    /// noticed, dead threads, and (when quiescent: no region, no I/O) leaks. The flag:
+    /// no region is alive but I/O is still in flight (the leak check was not made).
+    pub(crate) fn invariant_errors(&self) -> (Vec<String>, bool) {
+        let mut errors = Vec::new();
+        let (double, invalid) = (self.slots.double_frees(), self.slots.invalid_ops());
+        if double > 0 {
+            errors.push(format!("{double} slot double frees"));
+        }
+        if invalid > 0 {
+            errors.push(format!("{invalid} invalid slot operations"));
+        }
+        if self.recovered_said.load(Relaxed) {
+            errors.push("the engine recovered from an inconsistent page (said on stderr)".into());
+        }
+        if !self.is_shutdown() {
+            let threads = self.threads.lock().unwrap_or_else(|p| p.into_inner());
+            for t in threads.iter().filter(|t| t.is_finished()) {
+                errors.push(format!(
+                    "engine thread {} ended while the pool lives (a panic?)",
+                    t.thread().name().unwrap_or("?")
+                ));
+            }
+        }
+        let no_regions = self
+            .regions
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .by_id
+            .is_empty();
+        let io_busy = self.io_inflight.load(SeqCst) != 0;
+        if no_regions && !io_busy {
+            let leaked = self.slots.used().saturating_sub(self.slots.bad_slots());
+            let (resident, cached) = (self.resident.load(SeqCst), self.cached.load(SeqCst));
+            let entries = self.cache.len();
+            if leaked > 0 || resident != 0 || cached != 0 || entries > 0 {
+                errors.push(format!(
+                    "no region is alive but {leaked} slots (besides bad ones) are in use, \
+                     {resident} pages resident, {cached} cached, {entries} swap cache entries"
+                ));
+            }
+        }
+        (errors, no_regions && io_busy)
+    }
+
     pub(crate) fn with_gauges(&self, mut c: Counters) -> Counters {
         c.slots_used = self.slots.used();
         c.resident_bytes = self.resident.load(Relaxed).max(0) as u64 * PAGE_SIZE as u64;

@@ -481,11 +481,17 @@ impl Engine {
         let Some(op) = ctx.ring.take(ud) else { return };
         self.io_inflight.fetch_sub(1, Relaxed);
         let inj = self.cfg.inject;
+        let hit = |every: u64, n: u64| every > 0 && n.is_multiple_of(every);
+        // Injected short I/O only shortens the result: the bytes did move.
+        let short = (op.bytes() / 2) as i32;
+        let inject = res >= 0 && (op.attempt == 0 || !inj.transient);
         match op.kind {
             OpKind::Read => {
                 let n = self.read_seq.fetch_add(1, Relaxed) + 1;
-                if inj.fail_read_every > 0 && n.is_multiple_of(inj.fail_read_every) {
+                if inject && hit(inj.fail_read_every, n) {
                     res = -libc::EIO;
+                } else if inject && hit(inj.short_read_every, n) {
+                    res = short;
                 }
                 self.complete_read(ctx, op, res);
             }
@@ -494,8 +500,10 @@ impl Engine {
                 self.writeback_pages
                     .fetch_sub(op.pages.len() as i64, Relaxed);
                 let n = self.write_seq.fetch_add(1, Relaxed) + 1;
-                if inj.fail_write_every > 0 && n.is_multiple_of(inj.fail_write_every) {
+                if inject && hit(inj.fail_write_every, n) {
                     res = -libc::EIO;
+                } else if inject && hit(inj.short_write_every, n) {
+                    res = short;
                 }
                 self.complete_write(ctx, op, res);
             }

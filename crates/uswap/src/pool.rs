@@ -55,13 +55,24 @@ pub enum DeviceKind {
     Rotational,
 }
 
-/// Deterministic backend failures for tests: every Nth read or write completes with EIO.
+/// Deterministic backend failures for tests: every Nth read or write completes with
+/// EIO, or short (fewer bytes than asked). Build it with `..Default::default()`: more
+/// kinds of failure may be added.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct FaultInjection {
     /// Fail every Nth read request (0: never).
     pub fail_read_every: u64,
     /// Fail every Nth write request (0: never).
     pub fail_write_every: u64,
+    /// Every Nth read request completes short: half its bytes (0: never). A failure
+    /// injected on the same request wins.
+    pub short_read_every: u64,
+    /// Every Nth write request completes short: half its bytes (0: never).
+    pub short_write_every: u64,
+    /// Inject only into a request's first attempt, so that the engine's retry succeeds:
+    /// the failures are transient and no data may be lost to them (what a test that
+    /// checks every byte needs). False: every Nth request, retries included.
+    pub transient: bool,
 }
 
 /// Builder of a [`Pool`].
@@ -224,6 +235,34 @@ impl Pool {
     /// Totals over all regions, with the pool's gauges.
     pub fn counters(&self) -> Counters {
         self.engine.counters()
+    }
+
+    /// Check the engine's own consistency, for tests: Err describes every problem
+    /// found. Always checked: slot double frees and invalid slot operations, pages the
+    /// engine found inconsistent and recovered from, engine threads that died (a
+    /// panic). When no region is alive and no I/O is in flight, also that nothing
+    /// leaked: no slot in use but bad ones, nothing cached or resident (it waits up to
+    /// 5 s for I/O still in flight after the last region was dropped).
+    pub fn check_invariants(&self) -> std::result::Result<(), String> {
+        let t = std::time::Instant::now();
+        let mut errors = loop {
+            let (errors, io_busy) = self.engine.invariant_errors();
+            if !io_busy {
+                break errors;
+            }
+            if t.elapsed() > std::time::Duration::from_secs(5) {
+                let mut errors = errors;
+                errors.push("I/O still in flight 5 s after the last region was dropped".into());
+                break errors;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
+        errors.dedup();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join("; "))
+        }
     }
 
     /// The budget in bytes.
