@@ -13,6 +13,9 @@ say() { printf '\n== %s\n' "$*"; }
 need_apt=()
 add_apt() { for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p"); done; }
 # add_apt PACKAGE... lines go here
+# gdb: the engine tests' watchdog prints every thread's backtrace when a test hangs
+# (crates/uswap/tests/common); without it, kernel stacks only.
+add_apt gdb
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "installing Debian packages: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -520,3 +520,48 @@ fn drop_frees_slots_and_swap_file_is_private() {
         std::fs::remove_dir(&dir).unwrap();
     });
 }
+
+/// The harness's watchdog: a test body that does not return in time fails the test
+/// binary (SIGABRT) after a report naming the test, its phase, its seed, its pool's
+/// counters and every thread's stack (here in a child process running this test).
+#[test]
+fn watchdog_fails_a_hung_test_with_a_report() {
+    let name = "watchdog_fails_a_hung_test_with_a_report";
+    if std::env::var("USWAP_WATCHDOG_CHILD").is_ok() {
+        with_deadline(2, |t| {
+            t.seed(77);
+            let p = pool(t, 16 * MIB);
+            let r = p.region(8 * MIB).unwrap();
+            fill(r.as_words(), 1);
+            t.phase("hanging on purpose");
+            loop {
+                std::thread::sleep(std::time::Duration::from_secs(1));
+            }
+        });
+    }
+    with_deadline(180, |_| {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", name, "--nocapture"])
+            .env("USWAP_WATCHDOG_CHILD", "1")
+            .env_remove("USWAP_TEST_DEADLINE_SCALE")
+            .output()
+            .unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGABRT),
+            "{:?}: {err}",
+            out.status
+        );
+        for want in [
+            "WATCHDOG: test `watchdog_fails_a_hung_test_with_a_report`",
+            "phase: hanging on purpose; seed: 77",
+            "pool 0: Counters {",
+            "invariants: Ok(())",
+            "uswap-fault-0",
+        ] {
+            assert!(err.contains(want), "no {want:?} in the report:\n{err}");
+        }
+    });
+}

@@ -88,6 +88,14 @@ impl Test {
         TestPool(p)
     }
 
+    /// Done with a pool before the end of the test: check its invariants and drop it
+    /// (its threads stop and its swap files close once its regions are gone too).
+    pub fn finish_pool(&self, p: TestPool, what: &str) {
+        check_pool(&p, what);
+        lock(&self.watch.pools).retain(|q| !Arc::ptr_eq(q, &p.0));
+        drop(p);
+    }
+
     /// Check every pool of this test now (e.g. between rounds that drop all regions).
     pub fn check_pools(&self) {
         for p in lock(&self.watch.pools).iter() {
