@@ -4,6 +4,9 @@
 //! they prove, until the engine is fixed. The fork items are in tests/fork.rs, the
 //! randomized model-checked test in tests/stress.rs.
 
+// Pages are addressed by number (memory and model side by side): index loops read best.
+#![allow(clippy::needless_range_loop)]
+
 mod common;
 
 use common::{mix, with_deadline, Test};
