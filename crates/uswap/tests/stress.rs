@@ -387,12 +387,14 @@ const OP_NAMES: [&str; OPS] = [
     "discard-evicted",
     "stream-discard-ahead",
 ];
-/// Operations that aim at issue 11's reproduced defects (1: discard of pages whose
-/// eviction write may be in flight, then a rewrite at once; 2: discard inside the unit
-/// a stream reads ahead). The pre-rewrite engine fails them (wrong bytes, a hang):
-/// only the ignored test `stress_with_issue11_patterns` runs them (and the
-/// configurations marked `issue11`), until the engine is fixed.
-const ISSUE11_OPS: [usize; 3] = [3, 9, 10];
+/// Operations that find issue 11's defects on the pre-rewrite engine: discard of pages
+/// whose eviction write may be in flight then a rewrite at once (reproduced 1: wrong
+/// bytes), discard inside the unit a stream reads ahead (reproduced 2: a hang), and
+/// region drop/create (`destroy_region` with writes still queued: the stress hung
+/// after 5 minutes, the fault thread faulting on a new region inside io_uring_enter,
+/// waiting for itself). Only the ignored test `stress_with_issue11_patterns` runs them
+/// (and the configurations marked `issue11`), until the engine is fixed.
+const ISSUE11_OPS: [usize; 4] = [3, 7, 9, 10];
 
 struct Rng(u64);
 
