@@ -43,6 +43,9 @@ need_tool javac default-jdk-headless
 need_tool node nodejs
 need_tool go golang-go
 add_apt redis-server redis-tools openssl   # crates/uswap-remote tests: a real local Redis Cluster (scripts/redis-cluster.sh; --tls needs openssl)
+# gdb: the engine tests' watchdog prints every thread's backtrace when a test hangs
+# (crates/uswap/tests/common); without it, kernel stacks only.
+add_apt gdb
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "installing Debian packages: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive

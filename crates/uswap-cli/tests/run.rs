@@ -652,3 +652,34 @@ fn programs_uswap_cannot_serve_are_named_at_start() {
         text(&out.stderr)
     );
 }
+/// A randomized, model-checked program (tests/progs/stress.c) under a 16 MiB budget,
+/// with 4 KiB and then 2 MiB units: mmap, writes and reads, munmap of parts and of
+/// whole mappings, mremap grow (moving) and shrink, MADV_DONTNEED (sometimes rewritten
+/// at once), read streams, fork (the child checks its copy and writes its own). Every
+/// page read is checked exactly; a mismatch prints the seed and the page's last
+/// operation. `USWAP_RUN_STRESS_SECS` (default 12) per unit size, `USWAP_RUN_STRESS_SEED`
+/// to replay a seed. Bounded by `run_with_deadline` (a hang fails).
+#[test]
+fn stress_program_under_a_tiny_budget() {
+    let prog = cprog("stress");
+    let secs = std::env::var("USWAP_RUN_STRESS_SECS").unwrap_or_else(|_| "12".into());
+    let seed = std::env::var("USWAP_RUN_STRESS_SEED").unwrap_or_else(|_| {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64);
+        (t ^ u64::from(std::process::id()) << 32).to_string()
+    });
+    eprintln!("stress.c seed {seed} (replay: USWAP_RUN_STRESS_SEED={seed})");
+    for unit in ["4k", "2m"] {
+        let (out, stats) = under_uswap(
+            "16M",
+            &["--unit", unit],
+            &[prog.to_str().unwrap(), &secs, &seed],
+        );
+        assert_ok(&out, &format!("stress.c --unit {unit} seed {seed}"));
+        let o = text(&out.stdout);
+        assert!(o.contains("stress ok"), "--unit {unit} seed {seed}: {o}");
+        eprintln!("--unit {unit}: {}", o.trim());
+        check_stats(&stats, 16 * MIB, 3);
+    }
+}

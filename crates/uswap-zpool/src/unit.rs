@@ -237,6 +237,19 @@ impl Zpool {
             .add((grown * std::mem::size_of::<UnitScratch>()) as u64);
     }
 
+    /// Make and keep one scratch buffer for unit stores now (~2 MiB, in the metadata),
+    /// so that a later unit store does not grow the pool by it: a caller that charges
+    /// the pool to a budget takes the cost up front. False if the limit has no room.
+    pub fn reserve_unit_scratch(&self) -> bool {
+        match self.take_unit_scratch() {
+            Some(s) => {
+                self.put_unit_scratch(s);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Free the scratch buffers kept for unit stores (~2 MiB each; a later unit store
     /// makes one again). The bytes released from `metadata_bytes`.
     pub fn release_unit_scratch(&self) -> u64 {

@@ -282,6 +282,36 @@ impl Frames {
         unsafe { std::slice::from_raw_parts(addr as *const u8, PAGE_SIZE) }
     }
 
+    /// The bytes of a frame page the caller owns, to write (no I/O in flight on it).
+    #[allow(clippy::mut_from_ref)] // frames are handed out to one owner at a time
+    pub(crate) fn page_mut(&self, addr: usize) -> &mut [u8] {
+        self.span_mut(addr, PAGE_SIZE)
+    }
+
+    /// `len` bytes of consecutive frames from `addr`, owned by the caller.
+    pub(crate) fn span(&self, addr: usize, len: usize) -> &[u8] {
+        self.check_span(addr, len);
+        // SAFETY: as in `page`, over frames of one arena that the caller owns.
+        unsafe { std::slice::from_raw_parts(addr as *const u8, len) }
+    }
+
+    /// `len` bytes of consecutive frames from `addr`, owned by the caller, to write.
+    #[allow(clippy::mut_from_ref)] // frames are handed out to one owner at a time
+    pub(crate) fn span_mut(&self, addr: usize, len: usize) -> &mut [u8] {
+        self.check_span(addr, len);
+        // SAFETY: as in `span`; the caller owns the frames and nobody else (no I/O)
+        // reads or writes them meanwhile, so this is the only view.
+        unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) }
+    }
+
+    fn check_span(&self, addr: usize, len: usize) {
+        let inside = |a: &Arena| a.contains(addr) && a.contains(addr + len - 1);
+        assert!(
+            inside(&self.small) || inside(&self.huge),
+            "not frames: {addr:#x}+{len}"
+        );
+    }
+
     /// After fork, in the child: every frame is free and empty (the child's copies
     /// of the parent's frames are zapped; nothing of the parent's I/O lands here).
     pub(crate) fn reset_after_fork(&self, zapper: &Zapper) {

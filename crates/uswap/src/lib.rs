@@ -43,8 +43,8 @@ mod writeback;
 pub use error::{Error, Result};
 pub use fork::{after_fork_child, after_fork_parent, prepare_fork};
 pub use pool::{
-    DeviceKind, FaultInjection, FaultMode, Pool, PoolBuilder, ReadaheadPolicy, StaleSlotPolicy,
-    UnitPolicy,
+    Compressor, DeviceKind, FaultInjection, FaultMode, Pool, PoolBuilder, ReadaheadPolicy,
+    StaleSlotPolicy, TierKind, UnitPolicy,
 };
 pub use region::{Region, RegionOptions};
 pub use size::{format_size, parse_size};

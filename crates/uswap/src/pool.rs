@@ -21,6 +21,24 @@ pub enum UnitPolicy {
     Auto,
 }
 
+/// Where swapped pages go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TierKind {
+    /// The swap file (or block device) only.
+    #[default]
+    File,
+    /// Compressed RAM only (zram's place, but charged to the budget): what does not
+    /// compress, or does not fit in the pool, stays resident (over budget, said once).
+    Compressed,
+    /// Compressed RAM in front of the swap file (zswap's place): what does not
+    /// compress goes to the file, and the oldest compressed pages are written back
+    /// to it when the pool passes its share of the budget.
+    CompressedFile,
+}
+
+/// The compressor of the compressed tier.
+pub use crate::tier::compressed::Compressor;
+
 /// Who serves a region's page faults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FaultMode {
@@ -70,7 +88,8 @@ pub enum DeviceKind {
 }
 
 /// Deterministic backend failures for tests: every Nth read or write completes with
-/// EIO, or short (half its bytes).
+/// EIO, or short (half its bytes). Build it with `..Default::default()`: more kinds
+/// of failure may be added.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct FaultInjection {
     /// Fail every Nth read request (0: never).
@@ -81,6 +100,10 @@ pub struct FaultInjection {
     pub short_read_every: u64,
     /// Every Nth write request of more than one page writes only half (0: never).
     pub short_write_every: u64,
+    /// Inject only into a request's first attempt, so that the engine's retry succeeds:
+    /// the failures are transient and no data may be lost to them (what a test that
+    /// checks every byte needs). False: every Nth request, retries included.
+    pub transient: bool,
 }
 
 /// Builder of a [`Pool`].
@@ -101,6 +124,9 @@ pub struct PoolBuilder {
     pub(crate) io_poll_us: u32,
     pub(crate) fault_mode: FaultMode,
     pub(crate) fork_hooks: bool,
+    pub(crate) tier: TierKind,
+    pub(crate) compressor: Compressor,
+    pub(crate) compressed_max_percent: u32,
     pub(crate) inject: FaultInjection,
 }
 
@@ -122,6 +148,9 @@ impl Default for PoolBuilder {
             io_poll_us: 0,
             fault_mode: FaultMode::Handler,
             fork_hooks: true,
+            tier: TierKind::File,
+            compressor: Compressor::Lz4,
+            compressed_max_percent: 50,
             inject: FaultInjection::default(),
         }
     }
@@ -204,6 +233,23 @@ impl PoolBuilder {
     /// Default fault mode of regions (fault threads, or in the faulting thread).
     pub fn fault_mode(mut self, m: FaultMode) -> Self {
         self.fault_mode = m;
+        self
+    }
+    /// Where swapped pages go (default: the swap file).
+    pub fn tier(mut self, t: TierKind) -> Self {
+        self.tier = t;
+        self
+    }
+    /// The compressor of the compressed tier (default lz4).
+    pub fn compressor(mut self, c: Compressor) -> Self {
+        self.compressor = c;
+        self
+    }
+    /// The compressed pool's share of the budget, in percent (1-90, default 50; like
+    /// zswap's max_pool_percent): past it, the oldest compressed pages are written back
+    /// to the file (`compressed+file`) or new ones are refused (`compressed`).
+    pub fn compressed_max_percent(mut self, p: u32) -> Self {
+        self.compressed_max_percent = p.clamp(1, 90);
         self
     }
     /// Register the fork hooks (`prepare_fork`, `after_fork_*`) with `pthread_atfork`
@@ -315,11 +361,32 @@ impl Pool {
         self.engine.tiers.file().desc().to_path_buf()
     }
 
-    /// Check the engine's own bookkeeping: `Err` describes every inconsistency found
-    /// since the pool started (internal errors recovered from, slot double frees,
-    /// invalid slot operations). Each is an engine bug; tests assert `Ok`.
+    /// Check the engine's own consistency, for tests: `Err` describes every problem
+    /// found. Always checked: internal errors the engine recovered from, slot double
+    /// frees and invalid slot operations, engine threads that died. When no region is
+    /// alive, also that nothing leaked: no slot in use but bad ones, nothing cached or
+    /// resident (it waits up to 5 s for I/O still in flight after the last region was
+    /// dropped). Each problem is an engine bug; tests assert `Ok`.
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
-        self.engine.check_invariants()
+        let t = std::time::Instant::now();
+        let mut errors = loop {
+            let (errors, io_busy) = self.engine.invariant_errors();
+            if !io_busy {
+                break errors;
+            }
+            if t.elapsed() > std::time::Duration::from_secs(5) {
+                let mut errors = errors;
+                errors.push("I/O still in flight 5 s after the last region was dropped".into());
+                break errors;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
+        errors.dedup();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join("; "))
+        }
     }
 
     /// Whether slots are allocated the rotational way (shared scan base) or SSD way.

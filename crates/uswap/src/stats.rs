@@ -29,6 +29,12 @@ macro_rules! counters {
             /// Swap files this process holds open (its own, and ones inherited at
             /// forks that it still reads).
             pub swap_files_open: u64,
+            /// Bytes the compressed tier holds now (its pool and metadata).
+            pub zswap_pool_bytes: u64,
+            /// Bytes of pages stored in the compressed tier now, uncompressed.
+            pub zswap_stored_bytes: u64,
+            /// Pages the compressed tier keeps as one repeated word (no pool memory).
+            pub zswap_same_filled_pages: u64,
             /// Inconsistencies the engine found and recovered from (engine bugs:
             /// internal errors, slot double frees, invalid slot operations); 0.
             pub internal_errors: u64,
@@ -42,6 +48,15 @@ macro_rules! counters {
         }
 
         impl Counters {
+    /// The compressed tier's ratio: bytes stored over bytes held (0 when empty).
+    pub fn zswap_ratio(&self) -> f64 {
+        if self.zswap_pool_bytes == 0 {
+            0.0
+        } else {
+            self.zswap_stored_bytes as f64 / self.zswap_pool_bytes as f64
+        }
+    }
+
             /// Field-wise sum of the event counters (gauges kept from self).
             pub fn plus(&self, other: &Counters) -> Counters {
                 Counters { $($name: self.$name + other.$name,)* ..*self }
@@ -107,6 +122,10 @@ counters! {
     zswpin,
     /// Pages written back from the compressed tier to the back tier (zswap's zswpwb).
     zswpwb,
+    /// Pages the compressed tier refused: they compress poorly.
+    zswap_reject_compress,
+    /// Pages the compressed tier refused: its pool was at its share of the budget.
+    zswap_reject_full,
 }
 
 impl Counters {

@@ -135,6 +135,26 @@ impl Threads {
         }
     }
 
+    /// Engine threads that ended while the pool lives (a panic aborts the process, so
+    /// none should), described.
+    pub(crate) fn dead(&self) -> Vec<String> {
+        if self.is_shutdown() {
+            return Vec::new();
+        }
+        self.handles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|t| t.is_finished())
+            .map(|t| {
+                format!(
+                    "engine thread {} ended while the pool lives",
+                    t.thread().name().unwrap_or("?")
+                )
+            })
+            .collect()
+    }
+
     /// The wake-up descriptors (replaced in a forked child: the parent's are shared).
     pub(crate) fn event_fds(&self) -> Vec<RawFd> {
         std::iter::once(self.kswapd_event.as_raw_fd())

@@ -138,6 +138,15 @@ pub(crate) fn swap_in_unit(
     if r.policy.unit == UnitPolicy::Auto && !(i_fault == 0 || forward || backward) {
         return false;
     }
+    if e.tiers.meta.location(slots[i_fault]) == Location::Compressed
+        && e.cache.get(slots[i_fault]).is_none()
+    {
+        // Stored compressed: the compressed tier brings back what it stored with the
+        // page (a unit stored whole comes back whole).
+        crate::tier::compressed::fault(e, r, u, page, slots[i_fault]);
+        r.last_whole_unit.store(unit_no, Relaxed);
+        return true;
+    }
     let (mut clean, mut absent) = (0, 0);
     for &s in &slots {
         match e.cache.get(s) {
@@ -342,7 +351,7 @@ fn unit_readahead(
 /// UFFDIO_MOVE each (a 2 MiB frame as one PMD: a real THP); pages that refuse to move
 /// (frames still shared with a forked process) are copied one by one, and a page that
 /// cannot be mapped at all keeps its copy in the cache for the retrying fault.
-fn map_unit(
+pub(crate) fn map_unit(
     e: &Engine,
     r: &RegionInner,
     u: &mut UnitPages,
@@ -519,6 +528,13 @@ pub(crate) fn write_whole(
         {
             return false; // the 4 KiB path turns them into clean cache entries
         }
+    }
+    use crate::tier::compressed::UnitStore;
+    match crate::tier::compressed::store_unit(e, ctx, r, u, first, frames) {
+        UnitStore::Stored => return true,
+        // The compressed tier stores pages: the 4 KiB path offers it each page.
+        UnitStore::NotTried if e.tiers.compressed.is_some() => return false,
+        _ => {}
     }
     if !crate::writeback::can_write(e) {
         return false;

@@ -64,7 +64,7 @@ impl Writeback {
 
 /// Whether reclaim may start writes now.
 pub(crate) fn can_write(e: &Engine) -> bool {
-    e.writeback.blocked_for().is_none()
+    e.tiers.back_writes && e.writeback.blocked_for().is_none()
 }
 
 /// The back tier refused a write with `err`: stop writing for a while.
@@ -313,6 +313,11 @@ pub(crate) fn complete_write(e: &Engine, ctx: &mut ThreadCtx, mut op: Op, res: i
         e.tiers.release(e, slot);
         if res == -libc::EIO && op.attempt + 1 < WRITE_TRIES {
             relocate.push((page, en.frame));
+            if en.waiters {
+                // Its fault waited on this write: it faults again and waits on the
+                // page's next one (a waiter recorded here would be lost with the entry).
+                let _ = r.uffd.wake(r.page_addr(page), PAGE_SIZE);
+            }
         } else {
             restore_dirty(e, &r, &mut u, page, en.frame);
         }

@@ -1,17 +1,21 @@
 //! fork(2): parent and child each see their own copy-on-write view of a region,
 //! including pages swapped out at the moment of fork (never a silent zero page).
-//! Alone in its test binary: fork in a process with other test threads is unsafe.
+//! Alone in its test binary: fork in a process with other test threads is unsafe, and
+//! the tests here take turns (`serial`): a fork switches the swap files of every pool
+//! of the process, which the swap-file counts below must not see from another test.
 
+mod common;
+
+use common::{child_deadline, mix, with_deadline, Test};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use uswap::{Pool, RegionOptions, UnitPolicy};
 
 const MIB: u64 = 1 << 20;
 
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+/// One fork test at a time.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn fill(words: &[AtomicU64], offset: usize, seed: u64) {
@@ -29,8 +33,9 @@ fn find_bad(words: &[AtomicU64], offset: usize, seed: u64) -> Option<usize> {
         .map(|(i, _)| offset + i)
 }
 
-fn run(unit: UnitPolicy) {
-    let p = Pool::builder().budget(16 * MIB).build().unwrap();
+fn run(t: &Test, unit: UnitPolicy) {
+    t.phase(format!("{unit:?}"));
+    let p = t.pool(Pool::builder().budget(16 * MIB));
     let r = p
         .region_with(
             64 * MIB,
@@ -45,24 +50,30 @@ fn run(unit: UnitPolicy) {
     fill(words, 0, 1);
     assert!(p.counters().pswpout > 0, "nothing swapped out before fork");
 
+    common::flush();
     uswap::prepare_fork();
     // SAFETY: fork; the child only runs uswap and this function's checks, then _exit.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork failed");
     if pid == 0 {
         uswap::after_fork_child();
+        child_deadline(60);
         let mut code = 0;
         if let Some(i) = find_bad(words, 0, 1) {
-            eprintln!("child: pre-fork data wrong at word {i}");
+            common::say(&format!("child: pre-fork data wrong at word {i}"));
             code = 1;
         }
         fill(&words[..half], 0, 2);
         if let Some(i) = find_bad(&words[..half], 0, 2) {
-            eprintln!("child: own writes wrong at word {i}");
+            common::say(&format!("child: own writes wrong at word {i}"));
             code = 1;
         }
         if let Some(i) = find_bad(&words[half..], half, 1) {
-            eprintln!("child: untouched half wrong at word {i}");
+            common::say(&format!("child: untouched half wrong at word {i}"));
+            code = 1;
+        }
+        if let Err(e) = p.check_invariants() {
+            common::say(&format!("child: engine invariants broken: {e}"));
             code = 1;
         }
         // SAFETY: leave without running the parent's test harness teardown.
@@ -97,7 +108,12 @@ fn run(unit: UnitPolicy) {
 /// (the budget keeps two): each side gets zeros, then its own data.
 #[test]
 fn first_touch_after_fork_is_zero_and_private() {
-    let p = Pool::builder().budget(128 * MIB).build().unwrap();
+    let _serial = serial();
+    with_deadline(120, first_touch_after_fork);
+}
+
+fn first_touch_after_fork(t: &Test) {
+    let p = t.pool(Pool::builder().budget(128 * MIB));
     let r = p
         .region_with(
             64 * MIB,
@@ -112,6 +128,7 @@ fn first_touch_after_fork_is_zero_and_private() {
     // First touches before the fork: the reclaim thread starts making spares.
     fill(&words[..half], 0, 4);
     std::thread::sleep(std::time::Duration::from_millis(50));
+    common::flush();
     uswap::prepare_fork();
     // SAFETY: fork; the child only runs uswap and this function's checks, then _exit.
     let pid = unsafe { libc::fork() };
@@ -123,6 +140,7 @@ fn first_touch_after_fork_is_zero_and_private() {
     };
     if pid == 0 {
         uswap::after_fork_child();
+        child_deadline(60);
     } else {
         uswap::after_fork_parent();
     }
@@ -142,8 +160,11 @@ fn first_touch_after_fork_is_zero_and_private() {
         bad.push(format!("{who}: own writes wrong at word {}", half + i));
     }
     if pid == 0 {
+        if let Err(e) = p.check_invariants() {
+            bad.push(format!("child: engine invariants broken: {e}"));
+        }
         for b in &bad {
-            eprintln!("{b}");
+            common::say(b);
         }
         // SAFETY: leave without running the parent's test harness teardown.
         unsafe { libc::_exit(i32::from(!bad.is_empty())) };
@@ -160,6 +181,308 @@ fn first_touch_after_fork_is_zero_and_private() {
 
 #[test]
 fn fork_gives_each_side_its_own_copy() {
-    run(UnitPolicy::Small);
-    run(UnitPolicy::Huge);
+    let _serial = serial();
+    with_deadline(180, |t| {
+        run(t, UnitPolicy::Small);
+        run(t, UnitPolicy::Huge);
+    });
+}
+
+/// A directory of its own for one test's swap files (so that they can be counted),
+/// removed when dropped.
+struct SwapDir(std::path::PathBuf);
+
+impl SwapDir {
+    fn new(what: &str) -> SwapDir {
+        let d = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("uswap-{what}-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        SwapDir(d)
+    }
+}
+
+impl Drop for SwapDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Distinct swap files (in `dir`) open in any of `pids`, and their allocated bytes.
+fn swap_files_of(pids: &[u32], dir: &std::path::Path) -> (usize, u64) {
+    let mut all: Vec<(u64, u64, u64)> = Vec::new();
+    for &pid in pids {
+        for f in common::open_swap_files(pid, dir) {
+            if !all.iter().any(|g| (g.0, g.1) == (f.0, f.1)) {
+                all.push(f);
+            }
+        }
+    }
+    (all.len(), all.iter().map(|f| f.2).sum())
+}
+
+/// Issue 11: every fork made a new full-size swap file in parent and child and never
+/// closed the frozen ones. A program that forks 20 times, its children exiting at once
+/// (even forks) or staying alive (odd forks), must hold no more swap files than it has
+/// live processes (counted over the parent and its live children), and its disk use
+/// must fall back as the children exit. Every child checks its copy first.
+#[test]
+fn forks_hold_no_more_swap_files_than_live_processes() {
+    let _serial = serial();
+    with_deadline(240, |t| {
+        let dir = SwapDir::new("fork-files");
+        let p = t.pool(Pool::builder().budget(16 * MIB).swap_file(&dir.0));
+        let r = p
+            .region_with(
+                32 * MIB,
+                RegionOptions {
+                    unit: Some(UnitPolicy::Small),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        let words = r.as_words();
+        fill(words, 0, 7);
+        let me = std::process::id();
+        let (files0, bytes0) = swap_files_of(&[me], &dir.0);
+        assert_eq!(files0, 1, "one swap file before any fork");
+        // The children that stay alive wait for EOF on this pipe.
+        let mut hold = [0i32; 2];
+        // SAFETY: pipe(2) into a live array of two fds.
+        assert_eq!(unsafe { libc::pipe(hold.as_mut_ptr()) }, 0);
+        let mut alive: Vec<i32> = Vec::new();
+        let mut most = (0usize, 0u64);
+        for k in 0..20u64 {
+            t.phase(format!("fork {k}"));
+            let mut ready = [0i32; 2];
+            // SAFETY: as above.
+            assert_eq!(unsafe { libc::pipe(ready.as_mut_ptr()) }, 0);
+            common::flush();
+            uswap::prepare_fork();
+            // SAFETY: fork; the child runs uswap, its checks and reads a pipe, then _exit.
+            let pid = unsafe { libc::fork() };
+            assert!(pid >= 0, "fork failed");
+            if pid == 0 {
+                uswap::after_fork_child();
+                child_deadline(120);
+                let mut code = 0;
+                // The first half as filled before the forks; the second half as the
+                // parent rewrote it after the previous fork.
+                let half = words.len() / 2;
+                let second = if k == 0 { 7 } else { 200 + k - 1 };
+                let bad = find_bad(&words[..half], 0, 7)
+                    .or_else(|| find_bad(&words[half..], half, second));
+                if let Some(i) = bad {
+                    common::say(&format!("child {k}: pre-fork data wrong at word {i}"));
+                    code = 1;
+                }
+                fill(&words[..words.len() / 4], 0, 100 + k); // writes of its own
+                                                             // SAFETY: fds of this process; one byte from a live buffer.
+                unsafe {
+                    libc::close(hold[1]);
+                    libc::write(ready[1], b"r".as_ptr().cast(), 1);
+                    if k % 2 == 1 {
+                        let mut b = 0u8;
+                        libc::read(hold[0], (&mut b as *mut u8).cast(), 1);
+                    }
+                    libc::_exit(code);
+                }
+            }
+            uswap::after_fork_parent();
+            // SAFETY: fds of this process; reads one byte into a live buffer.
+            unsafe {
+                libc::close(ready[1]);
+                let mut b = 0u8;
+                libc::read(ready[0], (&mut b as *mut u8).cast(), 1);
+                libc::close(ready[0]);
+            }
+            fill(&words[words.len() / 2..], words.len() / 2, 200 + k);
+            if k % 2 == 0 {
+                wait_ok(pid, &format!("child {k}"));
+            } else {
+                alive.push(pid);
+            }
+            let mut pids = vec![me];
+            pids.extend(alive.iter().map(|&p| p as u32));
+            let (files, bytes) = swap_files_of(&pids, &dir.0);
+            most = (most.0.max(files), most.1.max(bytes));
+            assert!(
+                files <= pids.len(),
+                "after fork {k}: {files} swap files open ({} MiB allocated) for {} live \
+                 processes",
+                bytes >> 20,
+                pids.len()
+            );
+        }
+        t.phase("children exit");
+        // SAFETY: closes this process's ends of the pipe: the waiting children see EOF.
+        unsafe {
+            libc::close(hold[0]);
+            libc::close(hold[1]);
+        }
+        for (i, pid) in alive.iter().enumerate() {
+            wait_ok(*pid, &format!("staying child {i}"));
+        }
+        let (files, bytes) = swap_files_of(&[me], &dir.0);
+        assert!(
+            files <= 1 && bytes <= bytes0 + 32 * MIB,
+            "all children gone: {files} swap files, {} MiB allocated (before the forks: \
+             {} MiB; most: {most:?})",
+            bytes >> 20,
+            bytes0 >> 20
+        );
+        assert_eq!(find_bad(&words[..words.len() / 2], 0, 7), None);
+        assert_eq!(
+            find_bad(&words[words.len() / 2..], words.len() / 2, 219),
+            None
+        );
+    });
+}
+
+fn wait_ok(pid: i32, what: &str) {
+    let mut status = 0;
+    // SAFETY: waits for a child this test forked.
+    let got = unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert_eq!(got, pid, "waitpid {what}");
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "{what} failed: status {status:#x}"
+    );
+}
+
+/// Issue 11: after a fork, every EBUSY from UFFDIO_MOVE was taken as copy-on-write
+/// sharing, so a page pinned by the program's own O_DIRECT read was copied out before
+/// the DMA ended and the program kept stale bytes. Here: one fork (the child exits at
+/// once), then O_DIRECT reads into region memory (buffers filled with a marker first)
+/// while another thread streams through the rest of the region, so that reclaim runs
+/// on the buffers' units during the DMA. Every read must land.
+#[test]
+fn o_direct_reads_into_region_after_fork_land() {
+    let _serial = serial();
+    with_deadline(180, |t| o_direct_reads_land(t, true));
+}
+
+/// The same without a fork: a pinned page is left alone (the control of the test
+/// above: what fails there is the fork's doing).
+#[test]
+fn o_direct_reads_into_region_land() {
+    let _serial = serial();
+    with_deadline(180, |t| o_direct_reads_land(t, false));
+}
+
+fn o_direct_reads_land(t: &Test, fork: bool) {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let secs = 8;
+    let dir = SwapDir::new("odirect");
+    let data = dir.0.join("data");
+    const FILE: usize = 16 << 20;
+    const CHUNK: usize = 1 << 20;
+    let pattern = |off: usize, i: usize| mix(0xD1 ^ (off / 8 + i) as u64);
+    {
+        let bytes: Vec<u8> = (0..FILE / 8)
+            .flat_map(|i| pattern(0, i).to_ne_bytes())
+            .collect();
+        std::fs::write(&data, bytes).unwrap();
+    }
+    let f = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&data)
+    {
+        Ok(f) => f,
+        Err(e) => panic!(
+            "O_DIRECT open of {} failed ({e}): this test needs a filesystem with O_DIRECT",
+            data.display()
+        ),
+    };
+    let p = t.pool(Pool::builder().budget(16 * MIB));
+    let r = p
+        .region_with(
+            64 * MIB,
+            RegionOptions {
+                unit: Some(UnitPolicy::Small),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let words = r.as_words();
+    fill(words, 0, 1);
+    // One fork: from now on the engine knows pages may be shared.
+    if fork {
+        common::flush();
+        uswap::prepare_fork();
+        // SAFETY: fork; the child only calls the engine's hook and _exits.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            uswap::after_fork_child();
+            // SAFETY: leave at once.
+            unsafe { libc::_exit(0) };
+        }
+        uswap::after_fork_parent();
+        wait_ok(pid, "child");
+    }
+    t.phase("O_DIRECT reads under reclaim");
+    let readers = 2usize;
+    let buf_words = 4 * CHUNK / 8; // 4 MiB of buffer per reader
+    let (bufs, rest) = words.split_at(readers * buf_words);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let base = r.as_ptr() as usize;
+    let (reads, bad) = std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut k = 0u64;
+            while !stop.load(Relaxed) {
+                fill(rest, readers * buf_words, 1000 + k);
+                k += 1;
+            }
+        });
+        let hs: Vec<_> = (0..readers)
+            .map(|id| {
+                let (f, stop) = (&f, &stop);
+                let buf = &bufs[id * buf_words..(id + 1) * buf_words];
+                s.spawn(move || {
+                    let t0 = std::time::Instant::now();
+                    let (mut n, mut x) = (0u64, id as u64);
+                    while t0.elapsed().as_secs() < secs {
+                        x = mix(x);
+                        let slot = (x as usize % 4) * CHUNK; // within this buffer
+                        let off = (x >> 8) as usize % (FILE / CHUNK) * CHUNK;
+                        let w = &buf[slot / 8..(slot + CHUNK) / 8];
+                        for v in w {
+                            v.store(0xDEAD_BEEF_0000_0000 | n, Relaxed);
+                        }
+                        let addr = base + (id * buf_words * 8) + slot;
+                        // SAFETY: CHUNK bytes of this test's own region, alive for
+                        // the scope; no Rust reference writes them during the read.
+                        let dst = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, CHUNK) };
+                        f.read_exact_at(dst, off as u64).expect("O_DIRECT pread");
+                        if let Some(i) =
+                            (0..w.len()).find(|&i| w[i].load(Relaxed) != pattern(off, i))
+                        {
+                            stop.store(true, Relaxed);
+                            return (
+                                n,
+                                Some(format!(
+                                    "reader {id}, read {n}: file offset {off:#x} into buffer \
+                                 offset {slot:#x}: word {i} is {:#x}, want {:#x}",
+                                    w[i].load(Relaxed),
+                                    pattern(off, i)
+                                )),
+                            );
+                        }
+                        n += 1;
+                    }
+                    (n, None)
+                })
+            })
+            .collect();
+        let res: Vec<_> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+        stop.store(true, Relaxed);
+        (
+            res.iter().map(|r| r.0).sum::<u64>(),
+            res.into_iter().find_map(|r| r.1),
+        )
+    });
+    let c = p.counters();
+    assert_eq!(bad, None, "stale bytes after an O_DIRECT read; {c:?}");
+    assert!(reads > 100 && c.pswpout > 0, "{reads} reads; {c:?}");
 }

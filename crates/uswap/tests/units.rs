@@ -2,17 +2,15 @@
 //! with 4 KiB regions in one pool; fallbacks under fragmentation; real THPs after
 //! swap-in.
 
+mod common;
+
+use common::{mix, with_deadline, Test, TestPool};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use uswap::{Pool, RegionOptions, StaleSlotPolicy, UnitPolicy};
 
 const MIB: u64 = 1 << 20;
-
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
+/// Seconds any test here may take before the watchdog fails it.
+const DEADLINE: u64 = 180;
 
 fn fill(words: &[AtomicU64], seed: u64) {
     for (i, w) in words.iter().enumerate() {
@@ -39,31 +37,33 @@ fn opts(unit: UnitPolicy) -> RegionOptions {
 
 #[test]
 fn huge_and_small_regions_in_one_pool_are_exact() {
-    let p = Pool::builder().budget(24 * MIB).build().unwrap();
-    let huge = p.region_with(48 * MIB, opts(UnitPolicy::Huge)).unwrap();
-    let small = p.region_with(32 * MIB, opts(UnitPolicy::Small)).unwrap();
-    let auto = p.region_with(32 * MIB, opts(UnitPolicy::Auto)).unwrap();
-    for round in 0..2u64 {
-        fill(huge.as_words(), 10 + round);
-        fill(small.as_words(), 20 + round);
-        fill(auto.as_words(), 30 + round);
-        check(huge.as_words(), 10 + round, "huge");
-        check(small.as_words(), 20 + round, "small");
-        check(auto.as_words(), 30 + round, "auto");
-    }
-    // Read-only pass over swapped units (clean swap-in), then a write into each unit
-    // (whole-unit write-protect lift), then check again.
-    check(huge.as_words(), 11, "huge re-read");
-    for w in huge.as_words().iter().step_by(4096) {
-        w.fetch_add(1, Relaxed);
-    }
-    for (i, w) in huge.as_words().iter().enumerate() {
-        let want = mix(11 ^ i as u64).wrapping_add(if i % 4096 == 0 { 1 } else { 0 });
-        assert_eq!(w.load(Relaxed), want, "huge after partial writes: word {i}");
-    }
-    let c = huge.counters();
-    assert!(c.thp_swpout > 0 && c.thp_swpin > 0, "{c:?}");
-    assert_eq!(small.counters().thp_swpout, 0);
+    with_deadline(DEADLINE, |t| {
+        let p = t.pool(Pool::builder().budget(24 * MIB));
+        let huge = p.region_with(48 * MIB, opts(UnitPolicy::Huge)).unwrap();
+        let small = p.region_with(32 * MIB, opts(UnitPolicy::Small)).unwrap();
+        let auto = p.region_with(32 * MIB, opts(UnitPolicy::Auto)).unwrap();
+        for round in 0..2u64 {
+            fill(huge.as_words(), 10 + round);
+            fill(small.as_words(), 20 + round);
+            fill(auto.as_words(), 30 + round);
+            check(huge.as_words(), 10 + round, "huge");
+            check(small.as_words(), 20 + round, "small");
+            check(auto.as_words(), 30 + round, "auto");
+        }
+        // Read-only pass over swapped units (clean swap-in), then a write into each unit
+        // (whole-unit write-protect lift), then check again.
+        check(huge.as_words(), 11, "huge re-read");
+        for w in huge.as_words().iter().step_by(4096) {
+            w.fetch_add(1, Relaxed);
+        }
+        for (i, w) in huge.as_words().iter().enumerate() {
+            let want = mix(11 ^ i as u64).wrapping_add(if i % 4096 == 0 { 1 } else { 0 });
+            assert_eq!(w.load(Relaxed), want, "huge after partial writes: word {i}");
+        }
+        let c = huge.counters();
+        assert!(c.thp_swpout > 0 && c.thp_swpin > 0, "{c:?}");
+        assert_eq!(small.counters().thp_swpout, 0);
+    });
 }
 
 /// A pool whose swap file is fragmented. The swap file holds exactly the two regions.
@@ -72,13 +72,13 @@ fn huge_and_small_regions_in_one_pool_are_exact() {
 /// free. Stale copies are kept until reclaim, so a rewritten unit cannot get its own
 /// cluster back either: the 2 MiB region, rewritten with seed 6, swaps out through
 /// 4 KiB fallback slots (and reads back in several parts).
-fn fragmented() -> (Pool, uswap::Region, uswap::Region) {
-    let p = Pool::builder()
-        .budget(16 * MIB)
-        .swap_size(96 * MIB)
-        .stale_slot_policy(StaleSlotPolicy::KeepUntilReclaim)
-        .build()
-        .unwrap();
+fn fragmented(t: &Test) -> (TestPool, uswap::Region, uswap::Region) {
+    let p = t.pool(
+        Pool::builder()
+            .budget(16 * MIB)
+            .swap_size(96 * MIB)
+            .stale_slot_policy(StaleSlotPolicy::KeepUntilReclaim),
+    );
     let small = p.region_with(80 * MIB, opts(UnitPolicy::Small)).unwrap();
     let huge = p.region_with(16 * MIB, opts(UnitPolicy::Huge)).unwrap();
     fill(small.as_words(), 4);
@@ -93,24 +93,26 @@ fn fragmented() -> (Pool, uswap::Region, uswap::Region) {
 
 #[test]
 fn fragmented_swap_falls_back_and_stays_exact() {
-    let (_p, small, huge) = fragmented();
-    fill(&small.as_words()[..2 * 512], 4);
-    check(huge.as_words(), 6, "huge under fragmentation");
-    let c = huge.counters();
-    assert!(
-        c.thp_swpout_fallback > 0,
-        "no fallback with a fragmented swap file: {c:?}"
-    );
-    for (i, w) in small.as_words().iter().enumerate() {
-        let page = i / 512;
-        // Pages 0 and 1 were written again after the discard.
-        let want = if page % 2 == 0 && page >= 2 {
-            0
-        } else {
-            mix(4 ^ i as u64)
-        };
-        assert_eq!(w.load(Relaxed), want, "small: word {i} (page {page})");
-    }
+    with_deadline(DEADLINE, |t| {
+        let (_p, small, huge) = fragmented(t);
+        fill(&small.as_words()[..2 * 512], 4);
+        check(huge.as_words(), 6, "huge under fragmentation");
+        let c = huge.counters();
+        assert!(
+            c.thp_swpout_fallback > 0,
+            "no fallback with a fragmented swap file: {c:?}"
+        );
+        for (i, w) in small.as_words().iter().enumerate() {
+            let page = i / 512;
+            // Pages 0 and 1 were written again after the discard.
+            let want = if page % 2 == 0 && page >= 2 {
+                0
+            } else {
+                mix(4 ^ i as u64)
+            };
+            assert_eq!(w.load(Relaxed), want, "small: word {i} (page {page})");
+        }
+    });
 }
 
 fn anon_huge_kb(addr: usize, len: usize) -> Option<u64> {
@@ -138,34 +140,36 @@ fn anon_huge_kb(addr: usize, len: usize) -> Option<u64> {
 
 #[test]
 fn swapped_in_units_are_real_thps() {
-    let thp =
-        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
-    if thp.contains("[never]") {
-        eprintln!("THP disabled on this machine: skipping");
-        return;
-    }
-    let p = Pool::builder().budget(16 * MIB).build().unwrap();
-    let r = p.region_with(64 * MIB, opts(UnitPolicy::Huge)).unwrap();
-    let words = r.as_words();
-    let unit_words = (2 * MIB / 8) as usize;
-    // A THP is the kernel's to give: under memory pressure from the tests running
-    // beside this one it may give 4 KiB pages once. Three rounds, one must show it.
-    let mut seen = Vec::new();
-    for round in 0..3u64 {
-        fill(words, 7 + round);
-        // The first units were swapped out by the later ones; touch two of them again.
-        check(&words[..2 * unit_words], 7 + round, "first units");
-        let kb = anon_huge_kb(r.as_ptr() as usize, r.len()).expect("region in smaps");
-        if kb >= 2048 {
-            assert!(r.counters().thp_swpin >= 2, "{:?}", r.counters());
+    with_deadline(DEADLINE, |t| {
+        let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .unwrap_or_default();
+        if thp.contains("[never]") {
+            eprintln!("THP disabled on this machine: skipping");
             return;
         }
-        seen.push(kb);
-    }
-    panic!(
-        "no AnonHugePages after whole-unit swap-in in 3 rounds: {seen:?} kB; {:?}",
-        r.counters()
-    );
+        let p = t.pool(Pool::builder().budget(16 * MIB));
+        let r = p.region_with(64 * MIB, opts(UnitPolicy::Huge)).unwrap();
+        let words = r.as_words();
+        let unit_words = (2 * MIB / 8) as usize;
+        // A THP is the kernel's to give: under memory pressure from the tests running
+        // beside this one it may give 4 KiB pages once. Three rounds, one must show it.
+        let mut seen = Vec::new();
+        for round in 0..3u64 {
+            fill(words, 7 + round);
+            // The first units were swapped out by the later ones; touch two of them again.
+            check(&words[..2 * unit_words], 7 + round, "first units");
+            let kb = anon_huge_kb(r.as_ptr() as usize, r.len()).expect("region in smaps");
+            if kb >= 2048 {
+                assert!(r.counters().thp_swpin >= 2, "{:?}", r.counters());
+                return;
+            }
+            seen.push(kb);
+        }
+        panic!(
+            "no AnonHugePages after whole-unit swap-in in 3 rounds: {seen:?} kB; {:?}",
+            r.counters()
+        );
+    });
 }
 
 /// Unit readahead: a stream through units swapped out whole reads the next units
@@ -173,34 +177,32 @@ fn swapped_in_units_are_real_thps() {
 /// between does not disturb them; with 0 units ahead nothing is read ahead.
 #[test]
 fn unit_readahead_streams_are_exact_and_hit() {
-    for ahead in [2u32, 0] {
-        let p = Pool::builder()
-            .budget(48 * MIB)
-            .readahead_units(ahead)
-            .build()
-            .unwrap();
-        let r = p.region_with(128 * MIB, opts(UnitPolicy::Huge)).unwrap();
-        let words = r.as_words();
-        fill(words, 40);
-        check(words, 40, "forward");
-        // Backward, unit by unit (each unit read in order).
-        let per_unit = (2 * MIB / 8) as usize;
-        for u in (0..words.len() / per_unit).rev() {
-            let base = u * per_unit;
-            for (k, w) in words[base..base + per_unit].iter().enumerate() {
-                let i = base + k;
-                assert_eq!(w.load(Relaxed), mix(40 ^ i as u64), "backward: word {i}");
+    with_deadline(DEADLINE, |t| {
+        for ahead in [2u32, 0] {
+            let p = t.pool(Pool::builder().budget(48 * MIB).readahead_units(ahead));
+            let r = p.region_with(128 * MIB, opts(UnitPolicy::Huge)).unwrap();
+            let words = r.as_words();
+            fill(words, 40);
+            check(words, 40, "forward");
+            // Backward, unit by unit (each unit read in order).
+            let per_unit = (2 * MIB / 8) as usize;
+            for u in (0..words.len() / per_unit).rev() {
+                let base = u * per_unit;
+                for (k, w) in words[base..base + per_unit].iter().enumerate() {
+                    let i = base + k;
+                    assert_eq!(w.load(Relaxed), mix(40 ^ i as u64), "backward: word {i}");
+                }
+            }
+            let c = r.counters();
+            assert!(c.thp_swpin > 0, "{c:?}");
+            if ahead == 0 {
+                assert_eq!(c.swap_ra, 0, "{c:?}");
+            } else {
+                assert!(c.swap_ra > 0 && c.swap_ra_hit > 0, "{c:?}");
+                assert!(c.swap_ra_hit <= c.swap_ra, "{c:?}");
             }
         }
-        let c = r.counters();
-        assert!(c.thp_swpin > 0, "{c:?}");
-        if ahead == 0 {
-            assert_eq!(c.swap_ra, 0, "{c:?}");
-        } else {
-            assert!(c.swap_ra > 0 && c.swap_ra_hit > 0, "{c:?}");
-            assert!(c.swap_ra_hit <= c.swap_ra, "{c:?}");
-        }
-    }
+    });
 }
 
 /// A sequential read stream reads every unit once: units read ahead must not be
@@ -208,33 +210,31 @@ fn unit_readahead_streams_are_exact_and_hit() {
 /// unit be read three times, 3% readahead hits).
 #[test]
 fn sequential_read_reads_each_unit_once() {
-    let p = Pool::builder()
-        .budget(64 * MIB)
-        .readahead_units(2)
-        .build()
-        .unwrap();
-    let r = p.region_with(256 * MIB, opts(UnitPolicy::Huge)).unwrap();
-    let words = r.as_words();
-    fill(words, 60);
-    let units = 256 * MIB / (2 * MIB);
-    for pass in 0..2 {
-        let before = r.counters();
-        check(words, 60, "sequential read");
-        let c = r.counters();
-        let reads = c.read_requests - before.read_requests;
-        let ra = c.swap_ra - before.swap_ra;
-        let hit = c.swap_ra_hit - before.swap_ra_hit;
-        // Up to the budget's worth may still be in RAM; everything else is read,
-        // once: allow an eighth more for a stream's start and the odd retry.
-        assert!(
-            reads <= units + units / 8,
-            "pass {pass}: {reads} reads for {units} units; {c:?}"
-        );
-        assert!(
-            ra > 0 && hit * 10 >= ra * 8,
-            "pass {pass}: readahead hits {hit} of {ra}; {c:?}"
-        );
-    }
+    with_deadline(DEADLINE, |t| {
+        let p = t.pool(Pool::builder().budget(64 * MIB).readahead_units(2));
+        let r = p.region_with(256 * MIB, opts(UnitPolicy::Huge)).unwrap();
+        let words = r.as_words();
+        fill(words, 60);
+        let units = 256 * MIB / (2 * MIB);
+        for pass in 0..2 {
+            let before = r.counters();
+            check(words, 60, "sequential read");
+            let c = r.counters();
+            let reads = c.read_requests - before.read_requests;
+            let ra = c.swap_ra - before.swap_ra;
+            let hit = c.swap_ra_hit - before.swap_ra_hit;
+            // Up to the budget's worth may still be in RAM; everything else is read,
+            // once: allow an eighth more for a stream's start and the odd retry.
+            assert!(
+                reads <= units + units / 8,
+                "pass {pass}: {reads} reads for {units} units; {c:?}"
+            );
+            assert!(
+                ra > 0 && hit * 10 >= ra * 8,
+                "pass {pass}: readahead hits {hit} of {ra}; {c:?}"
+            );
+        }
+    });
 }
 
 /// A sequential write stream takes one fault per unit: reclaim never evicts the
@@ -243,83 +243,88 @@ fn sequential_read_reads_each_unit_once() {
 /// faulted on it page by page, 512 faults waiting on its write.)
 #[test]
 fn sequential_writes_fault_once_per_unit() {
-    let p = Pool::builder().budget(256 * MIB).build().unwrap();
-    let r = p.region_with(1024 * MIB, opts(UnitPolicy::Huge)).unwrap();
-    let words = r.as_words();
-    let units = 1024 * MIB / (2 * MIB);
-    for pass in 0..3 {
-        fill(words, 70 + pass);
-    }
-    let c = r.counters();
-    let faults = c.minflt + c.majflt;
-    assert!(
-        faults <= 3 * (units + units / 16) && c.thp_swpin_fallback == 0,
-        "{faults} faults for {units} units written three times; {c:?}"
-    );
-    check(words, 72, "after three write passes");
+    with_deadline(DEADLINE, |t| {
+        let p = t.pool(Pool::builder().budget(256 * MIB));
+        let r = p.region_with(1024 * MIB, opts(UnitPolicy::Huge)).unwrap();
+        let words = r.as_words();
+        let units = 1024 * MIB / (2 * MIB);
+        for pass in 0..3 {
+            fill(words, 70 + pass);
+        }
+        let c = r.counters();
+        let faults = c.minflt + c.majflt;
+        assert!(
+            faults <= 3 * (units + units / 16) && c.thp_swpin_fallback == 0,
+            "{faults} faults for {units} units written three times; {c:?}"
+        );
+        check(words, 72, "after three write passes");
+    });
 }
 
 /// First touches of 2 MiB units take THPs the reclaim thread zeroed ahead: every
 /// byte of a new unit reads zero, and the units are mapped as real THPs.
 #[test]
 fn first_touch_takes_zeroed_spares() {
-    let p = Pool::builder().budget(256 * MIB).build().unwrap();
-    let r = p.region_with(64 * MIB, opts(UnitPolicy::Huge)).unwrap();
-    let words = r.as_words();
-    let per_unit = (2 * MIB / 8) as usize;
-    for (u, unit) in words.chunks(per_unit).enumerate() {
-        // A first write maps the unit whole; everything else in it must be zero.
-        unit[0].store(u as u64 + 1, Relaxed);
-        let nonzero = unit[1..].iter().position(|w| w.load(Relaxed) != 0);
-        assert_eq!(nonzero, None, "unit {u}: not zero after first touch");
-        for (i, w) in unit.iter().enumerate() {
-            w.store(mix((u * per_unit + i) as u64), Relaxed);
+    with_deadline(DEADLINE, |t| {
+        let p = t.pool(Pool::builder().budget(256 * MIB));
+        let r = p.region_with(64 * MIB, opts(UnitPolicy::Huge)).unwrap();
+        let words = r.as_words();
+        let per_unit = (2 * MIB / 8) as usize;
+        for (u, unit) in words.chunks(per_unit).enumerate() {
+            // A first write maps the unit whole; everything else in it must be zero.
+            unit[0].store(u as u64 + 1, Relaxed);
+            let nonzero = unit[1..].iter().position(|w| w.load(Relaxed) != 0);
+            assert_eq!(nonzero, None, "unit {u}: not zero after first touch");
+            for (i, w) in unit.iter().enumerate() {
+                w.store(mix((u * per_unit + i) as u64), Relaxed);
+            }
+            // The reclaim thread makes spares between faults.
+            std::thread::sleep(std::time::Duration::from_millis(2));
         }
-        // The reclaim thread makes spares between faults.
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
-    let c = r.counters();
-    assert!(c.thp_fault_spare > 0, "no first touch took a spare: {c:?}");
-    for (j, w) in words.iter().enumerate() {
-        assert_eq!(w.load(Relaxed), mix(j as u64), "word {j}");
-    }
-    let thp =
-        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
-    if !thp.contains("[never]") {
-        // Half at least: the kernel may give 4 KiB pages under the other tests' pressure.
-        let kb = anon_huge_kb(r.as_ptr() as usize, r.len()).expect("region in smaps");
+        let c = r.counters();
+        assert!(c.thp_fault_spare > 0, "no first touch took a spare: {c:?}");
+        for (j, w) in words.iter().enumerate() {
+            assert_eq!(w.load(Relaxed), mix(j as u64), "word {j}");
+        }
+        let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .unwrap_or_default();
+        if !thp.contains("[never]") {
+            // Half at least: the kernel may give 4 KiB pages under the other tests' pressure.
+            let kb = anon_huge_kb(r.as_ptr() as usize, r.len()).expect("region in smaps");
+            assert!(
+                kb >= 32 * 1024,
+                "AnonHugePages {kb} kB for 64 MiB of units; {c:?}"
+            );
+        }
         assert!(
-            kb >= 32 * 1024,
-            "AnonHugePages {kb} kB for 64 MiB of units; {c:?}"
+            p.counters().peak_used_bytes <= 256 * MIB,
+            "{:?}",
+            p.counters()
         );
-    }
-    assert!(
-        p.counters().peak_used_bytes <= 256 * MIB,
-        "{:?}",
-        p.counters()
-    );
+    });
 }
 
 /// Reads ahead that fail are retried or dropped, never mapped wrong: injected read
 /// errors under unit readahead keep every byte exact.
 #[test]
 fn unit_readahead_under_read_errors_is_exact() {
-    let p = Pool::builder()
-        .budget(48 * MIB)
-        .inject_io_errors(uswap::FaultInjection {
-            fail_read_every: 3,
-            fail_write_every: 0,
-            ..Default::default()
-        })
-        .build()
-        .unwrap();
-    let r = p.region_with(128 * MIB, opts(UnitPolicy::Huge)).unwrap();
-    fill(r.as_words(), 50);
-    check(r.as_words(), 50, "first read");
-    fill(r.as_words(), 51);
-    check(r.as_words(), 51, "second read");
-    let c = p.counters();
-    assert!(c.io_errors > 0 && c.swap_ra > 0, "{c:?}");
+    with_deadline(DEADLINE, |t| {
+        let p = t.pool(
+            Pool::builder()
+                .budget(48 * MIB)
+                .inject_io_errors(uswap::FaultInjection {
+                    fail_read_every: 3,
+                    ..Default::default()
+                }),
+        );
+        let r = p.region_with(128 * MIB, opts(UnitPolicy::Huge)).unwrap();
+        fill(r.as_words(), 50);
+        check(r.as_words(), 50, "first read");
+        fill(r.as_words(), 51);
+        check(r.as_words(), 51, "second read");
+        let c = p.counters();
+        assert!(c.io_errors > 0 && c.swap_ra > 0, "{c:?}");
+    });
 }
 
 /// Several threads fault on units whose whole-unit read is in flight in several
@@ -328,34 +333,26 @@ fn unit_readahead_under_read_errors_is_exact() {
 /// exact data. Guarded by a deadline: a lost fault hangs its thread.
 #[test]
 fn concurrent_faults_on_a_unit_read_in_parts() {
-    // Watchdog: a lost fault hangs a thread that cannot be joined; fail the binary.
-    static DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    std::thread::spawn(|| {
-        std::thread::sleep(std::time::Duration::from_secs(120));
-        if !DONE.load(Relaxed) {
-            eprintln!("concurrent_faults_on_a_unit_read_in_parts: a fault was never served");
-            std::process::exit(101);
+    with_deadline(DEADLINE, |t| {
+        let (_p, small, huge) = fragmented(t); // its units read back in parts
+        for _ in 0..3 {
+            fill(&small.as_words()[..8 * MIB as usize / 8], 4); // push the units out
+            let words = huge.as_words();
+            std::thread::scope(|s| {
+                for t in 0..4usize {
+                    s.spawn(move || {
+                        // Each thread walks the units from a different start page, so
+                        // faults land in the middle of units already being read.
+                        let n = words.len();
+                        for k in 0..n {
+                            let i = (k + t * 97 * 512) % n;
+                            assert_eq!(words[i].load(Relaxed), mix(6 ^ i as u64), "word {i}");
+                        }
+                    });
+                }
+            });
         }
+        let c = huge.counters();
+        assert!(c.thp_swpout_fallback > 0 && c.thp_swpin > 0, "{c:?}");
     });
-    let (_p, small, huge) = fragmented(); // its units read back in parts
-    for _ in 0..3 {
-        fill(&small.as_words()[..8 * MIB as usize / 8], 4); // push the units out
-        let words = huge.as_words();
-        std::thread::scope(|s| {
-            for t in 0..4usize {
-                s.spawn(move || {
-                    // Each thread walks the units from a different start page, so
-                    // faults land in the middle of units already being read.
-                    let n = words.len();
-                    for k in 0..n {
-                        let i = (k + t * 97 * 512) % n;
-                        assert_eq!(words[i].load(Relaxed), mix(6 ^ i as u64), "word {i}");
-                    }
-                });
-            }
-        });
-    }
-    DONE.store(true, Relaxed);
-    let c = huge.counters();
-    assert!(c.thp_swpout_fallback > 0 && c.thp_swpin > 0, "{c:?}");
 }

@@ -206,9 +206,7 @@ fn fault(e: &Engine, r: &Arc<RegionInner>, page: u64) -> bool {
             }
             Lookup::Miss => match e.tiers.meta.location(slot) {
                 Location::Back => read_in(e, r, &mut u, page, slot),
-                Location::Compressed => {
-                    crate::tier::compressed_fault(e, r, &mut u, page, slot, false)
-                }
+                Location::Compressed => crate::tier::compressed::fault(e, r, &mut u, page, slot),
                 Location::None => {
                     e.diag.internal(&format!(
                         "page {page} of region {} is swapped to slot {slot}, which holds nothing",
@@ -247,7 +245,9 @@ fn read_in(
         let n = unsafe { libc::pread(fd, frame as *mut libc::c_void, PAGE_SIZE, off as i64) };
         let seq = e.diag.read_seq.fetch_add(1, Relaxed) + 1;
         let inj = e.cfg.inject;
-        let failed = inj.fail_read_every > 0 && seq.is_multiple_of(inj.fail_read_every);
+        let failed = inj.fail_read_every > 0
+            && seq.is_multiple_of(inj.fail_read_every)
+            && (attempt == 0 || !inj.transient);
         if n == PAGE_SIZE as isize && !failed {
             if e.tiers
                 .meta
@@ -259,7 +259,6 @@ fn read_in(
             r.counters.swap_csum_fail.fetch_add(1, Relaxed);
         }
         r.counters.io_errors.fetch_add(1, Relaxed);
-        let _ = attempt;
     }
     if !good {
         e.frames.free(&e.zapper, &[frame]);

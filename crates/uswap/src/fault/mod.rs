@@ -446,16 +446,17 @@ pub(crate) fn process_cqes(e: &Engine, ctx: &mut ThreadCtx, cqes: &[(u64, i32)])
 pub(crate) fn complete(e: &Engine, ctx: &mut ThreadCtx, op: Op, mut res: i32) {
     e.tiers.finished(&op);
     let inj = e.cfg.inject;
+    let hit = |every: u64, n: u64| every > 0 && n.is_multiple_of(every);
+    // Injected short I/O shortens the result (half the bytes, whole pages).
+    let short = ((op.pages.len() / 2).max(1) * PAGE_SIZE) as i32;
+    let inject = res >= 0 && (op.attempt == 0 || !inj.transient);
     match op.kind {
         OpKind::Read => {
             let n = e.diag.read_seq.fetch_add(1, Relaxed) + 1;
-            if inj.fail_read_every > 0 && n.is_multiple_of(inj.fail_read_every) {
+            if inject && hit(inj.fail_read_every, n) {
                 res = -libc::EIO;
-            } else if inj.short_read_every > 0
-                && n.is_multiple_of(inj.short_read_every)
-                && res > PAGE_SIZE as i32
-            {
-                res = (res / PAGE_SIZE as i32 / 2).max(1) * PAGE_SIZE as i32;
+            } else if inject && op.pages.len() > 1 && hit(inj.short_read_every, n) {
+                res = short;
             }
             if op.unit_read {
                 crate::unit::complete_unit_read(e, ctx, op, res)
@@ -465,13 +466,10 @@ pub(crate) fn complete(e: &Engine, ctx: &mut ThreadCtx, op: Op, mut res: i32) {
         }
         OpKind::Write => {
             let n = e.diag.write_seq.fetch_add(1, Relaxed) + 1;
-            if inj.fail_write_every > 0 && n.is_multiple_of(inj.fail_write_every) {
+            if inject && hit(inj.fail_write_every, n) {
                 res = -libc::EIO;
-            } else if inj.short_write_every > 0
-                && n.is_multiple_of(inj.short_write_every)
-                && res > PAGE_SIZE as i32
-            {
-                res = (res / PAGE_SIZE as i32 / 2).max(1) * PAGE_SIZE as i32;
+            } else if inject && op.pages.len() > 1 && hit(inj.short_write_every, n) {
+                res = short;
             }
             crate::writeback::complete_write(e, ctx, op, res)
         }

@@ -108,7 +108,7 @@ fn evict_unit(
         return 0;
     }
     let first = (ui * UNIT_PAGES) as u64;
-    let writable = crate::writeback::can_write(e);
+    let writable = crate::writeback::can_write(e) || e.tiers.compressed.is_some();
     // With writeback refused, only what leaves without a write may go: moving dirty
     // pages out only to put them back would spin.
     let idx: Vec<usize> = (0..UNIT_PAGES)
@@ -234,8 +234,11 @@ fn evict_unit(
         e.frames.free(&e.zapper, &zeros);
         e.budget.uncharge(Gauge::Cached, zeros.len() as i64);
     }
-    // 4. Slots for the dirty pages, and one gathered write per slot run; pages that
-    // got no slot go back (over budget, said once).
+    // 4. The dirty pages: into the compressed tier where they compress; the rest get
+    // slots and one gathered write per slot run; pages that got no slot go back (over
+    // budget, said once).
+    let (to_write, to_write_frames) =
+        crate::tier::compressed::store_pages(e, ctx, r, u, &to_write, &to_write_frames);
     let unbacked = crate::writeback::write_pages(e, ctx, r, u, &to_write, &to_write_frames, 0);
     let back = unbacked.len() as i64;
     for (p, f) in unbacked {

@@ -92,8 +92,14 @@ pub(crate) fn reclaim(e: &Engine, ctx: &mut ThreadCtx, target: i64) -> bool {
         // for unit readahead instead of dropping what was just read ahead.
         let uncovered = need - dropped - e.tiers.inflight.write_pages.load(Relaxed);
         let moved = evict::evict_lru(e, ctx, uncovered.max(0));
+        // Nothing left to evict: the compressed pool's oldest pages go to the file.
+        let written = if dropped == 0 && moved == 0 {
+            crate::tier::compressed::balance(e, ctx, uncovered.max(0) as u64)
+        } else {
+            0
+        };
         ctx.ring.submit();
-        if dropped > 0 || moved > 0 {
+        if dropped > 0 || moved > 0 || written > 0 {
             idle = 0;
             continue;
         }
@@ -169,6 +175,14 @@ pub(crate) fn run(e: &Arc<Engine>, mut ctx: ThreadCtx) {
             if let Some(target) = kswapd_target(e) {
                 let _a = e.fork.enter();
                 futile = !reclaim(e, &mut ctx, target);
+                continue;
+            }
+            let wrote_back = {
+                let _a = e.fork.enter();
+                crate::tier::compressed::balance(e, &mut ctx, 0)
+            };
+            if wrote_back > 0 {
+                ctx.ring.submit();
                 continue;
             }
             let made_spare = {

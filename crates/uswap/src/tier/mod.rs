@@ -14,6 +14,7 @@
 //! process's [`SlotMeta`] says per slot which tier holds the bytes, the checksum of
 //! what was written to the back tier, and whose page it is.
 
+pub(crate) mod compressed;
 pub(crate) mod file;
 
 use crate::engine::Engine;
@@ -116,19 +117,19 @@ type Leaf = OnceLock<Box<[ClusterWords]>>;
 
 /// A table of one atomic word per slot, made a cluster at a time on first use (two
 /// levels, so that a swap area of terabytes costs nothing until used).
-struct SlotWords {
+pub(crate) struct SlotWords {
     leaves: Box<[Leaf]>,
 }
 
 impl SlotWords {
-    fn new(max_slots: u64) -> SlotWords {
+    pub(crate) fn new(max_slots: u64) -> SlotWords {
         let n = max_slots.div_ceil(LEAF_SLOTS).max(1) as usize;
         SlotWords {
             leaves: (0..n).map(|_| OnceLock::new()).collect(),
         }
     }
 
-    fn word(&self, slot: Slot, make: bool) -> Option<&AtomicU64> {
+    pub(crate) fn word(&self, slot: Slot, make: bool) -> Option<&AtomicU64> {
         let leaf = self.leaves.get((slot / LEAF_SLOTS) as usize)?;
         let leaf = if make {
             leaf.get_or_init(|| {
@@ -241,16 +242,28 @@ pub(crate) enum Back {
 /// The pool's tiers.
 pub(crate) struct Tiers {
     pub(crate) meta: SlotMeta,
+    /// The compressed tier in front, if configured.
+    pub(crate) compressed: Option<compressed::Compressed>,
     pub(crate) back: Back,
+    /// Whether pages may be written to the back tier (not with `--tier compressed`,
+    /// where the file only names slots and stays empty).
+    pub(crate) back_writes: bool,
     pub(crate) inflight: Inflight,
 }
 
 impl Tiers {
     /// Tiers as configured: the back tier opened, records for `max_slots`.
-    pub(crate) fn new(file: SwapFile, max_slots: u64) -> Tiers {
+    pub(crate) fn new(
+        file: SwapFile,
+        compressed: Option<compressed::Compressed>,
+        back_writes: bool,
+        max_slots: u64,
+    ) -> Tiers {
         Tiers {
             meta: SlotMeta::new(max_slots),
+            compressed,
             back: Back::File(RwLock::new(file)),
+            back_writes,
             inflight: Inflight::default(),
         }
     }
@@ -325,6 +338,12 @@ impl Tiers {
     /// Slots of a file inherited at a fork are never reused here; the file is closed
     /// with this process's last page in it.
     pub(crate) fn release(&self, e: &Engine, s: Slot) {
+        // A compressed copy is this process's own: it goes with this page's reference.
+        if let Some(c) = &self.compressed {
+            if c.release(s) {
+                crate::tier::compressed::charge_pool(e, c);
+            }
+        }
         if self.file().release_inherited(s) {
             e.slots.put(s);
             return;
@@ -338,19 +357,4 @@ impl Tiers {
 /// The checksum of one page (xxh3, 64 bits).
 pub(crate) fn page_hash(bytes: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(bytes)
-}
-
-/// A fault on a page whose bytes are in the compressed tier.
-pub(crate) fn compressed_fault(
-    e: &Engine,
-    r: &RegionInner,
-    u: &mut crate::pagemap::UnitPages,
-    page: u64,
-    slot: Slot,
-    _write: bool,
-) {
-    e.diag.internal(&format!(
-        "slot {slot} is in the compressed tier, which this pool does not have"
-    ));
-    crate::fault::poison_page(e, r, u, page, slot);
 }

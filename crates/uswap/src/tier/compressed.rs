@@ -1,0 +1,646 @@
+//! The compressed tier (zswap's place): evicted pages are compressed into a pool in
+//! RAM (`uswap-zpool`: lz4 or zstd, zsmalloc-like size classes, same-filled pages kept
+//! as their word) in front of the back tier.
+//!
+//! - Store: an evicted page (or a whole 2 MiB unit, compressed as one entry) goes to
+//!   the pool if it compresses under the accept threshold and the pool is under its
+//!   share of the budget; otherwise to the back tier. Its slot (every swapped page has
+//!   one) keys the entry; the slot's record says `Compressed`.
+//! - Load: a fault decompresses straight into a frame and maps it; the entry goes
+//!   (an exclusive load, as zswap does since 6.x: keeping both copies would spend the
+//!   budget twice), so the page comes back dirty. A unit stored whole comes back whole.
+//! - Writeback: past its share (with hysteresis) the oldest entries are decompressed
+//!   and written to the back tier at their own slots, in runs (`zswpwb`); the reclaim
+//!   thread does it.
+//! - The pool's memory, metadata included, is the budget's `Pool` gauge: honestly
+//!   charged (zram's is not charged to the program's memory cgroup).
+
+use crate::budget::Gauge;
+use crate::engine::Engine;
+use crate::pagemap::{PageState, RegionInner, UnitPages};
+use crate::slots::Slot;
+use crate::threads::ThreadCtx;
+use crate::tier::{Location, SlotWords};
+use crate::{PAGE_SIZE, UNIT_PAGES, UNIT_SIZE};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use uswap_zpool::{Handle, Reject, Zpool};
+
+pub use uswap_zpool::Compressor;
+
+/// A slot's word: the handle + 1 (0: none), and whether it is a unit's.
+const UNIT_BIT: u64 = 1 << 63;
+
+/// An entry in writeback order: whose page, which slot (a unit's first slot).
+#[derive(Clone, Copy)]
+struct Stored {
+    region: u32,
+    page: u64,
+    slot: Slot,
+    unit: bool,
+}
+
+/// The compressed tier.
+pub(crate) struct Compressed {
+    pool: Zpool,
+    handles: SlotWords,
+    /// Pages of each unit entry still swapped to it, by the entry's first slot (units
+    /// take whole clusters; handles of same-filled units are equal, so they cannot
+    /// key this); the entry goes with the last.
+    unit_live: Mutex<HashMap<Slot, u16>>,
+    /// Entries, oldest first (may be stale: checked when popped).
+    order: Mutex<VecDeque<Stored>>,
+    /// The pool's share of the budget, in bytes (its limit).
+    share: AtomicU64,
+    /// Whether entries may be written back to the back tier.
+    writeback: bool,
+    /// Stores refused in a row for compressing poorly; past `POOR_RUN`, only one store
+    /// in `POOR_RUN` is tried (data that does not compress costs a compression each
+    /// time, ~1 ms per unit, for nothing).
+    poor_run: std::sync::atomic::AtomicU32,
+    /// Serializes updates of the budget's `Pool` gauge.
+    charging: Mutex<()>,
+    /// Units are stored whole (the pool keeps the one scratch buffer a unit store
+    /// needs, ~2 MiB, charged from the start; only with a share of 8 MiB or more).
+    whole_units: bool,
+    /// One unit store at a time, so that the one scratch buffer is enough (a second
+    /// would grow the pool by 2 MiB in the middle of an eviction).
+    unit_store: Mutex<()>,
+}
+
+/// What became of a unit offered to the compressed tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum UnitStore {
+    /// Stored whole: its pages are swapped, its frames free.
+    Stored,
+    /// Refused (compresses poorly, or the pool is full): write it to the file whole.
+    Refused,
+    /// Not offered (no compressed tier, or it stores pages, not units).
+    NotTried,
+}
+
+/// See `Compressed::poor_run`.
+const POOR_RUN: u32 = 32;
+
+impl Compressed {
+    pub(crate) fn new(
+        compressor: Compressor,
+        share_bytes: u64,
+        max_slots: u64,
+        writeback: bool,
+    ) -> crate::Result<Compressed> {
+        let pool = Zpool::new(uswap_zpool::Config {
+            compressor,
+            limit_bytes: share_bytes,
+            ..Default::default()
+        })
+        .map_err(|e| crate::Error::InvalidSize {
+            input: compressor.to_string(),
+            reason: e.0,
+        })?;
+        let whole_units = share_bytes >= 8 << 20 && pool.reserve_unit_scratch();
+        Ok(Compressed {
+            pool,
+            handles: SlotWords::new(max_slots),
+            unit_live: Mutex::new(HashMap::new()),
+            order: Mutex::new(VecDeque::new()),
+            share: AtomicU64::new(share_bytes),
+            writeback,
+            poor_run: std::sync::atomic::AtomicU32::new(0),
+            charging: Mutex::new(()),
+            whole_units,
+            unit_store: Mutex::new(()),
+        })
+    }
+
+    /// Whether to try a store now (see `poor_run`).
+    fn worth_trying(&self) -> bool {
+        let n = self.poor_run.load(Relaxed);
+        n < POOR_RUN || n.is_multiple_of(POOR_RUN) || {
+            self.poor_run.fetch_add(1, Relaxed);
+            false
+        }
+    }
+
+    /// A store's outcome, for `poor_run`.
+    fn note(&self, poor: bool) {
+        if poor {
+            self.poor_run.fetch_add(1, Relaxed);
+        } else {
+            self.poor_run.store(0, Relaxed);
+        }
+    }
+
+    /// Entries in writeback order: push one, and drop the stale ones at the front.
+    fn push_order(&self, st: Stored) {
+        let mut q = self.order.lock().unwrap_or_else(|p| p.into_inner());
+        q.push_back(st);
+        while let Some(f) = q.front() {
+            if self.handle_of(f.slot).is_some() {
+                break;
+            }
+            q.pop_front();
+        }
+    }
+
+    /// Bytes the pool holds, metadata included.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.pool.total_bytes()
+    }
+
+    /// The pool's statistics.
+    pub(crate) fn stats(&self) -> uswap_zpool::ZpoolStats {
+        self.pool.stats()
+    }
+
+    fn handle_of(&self, slot: Slot) -> Option<(Handle, bool)> {
+        let w = self.handles.word(slot, false)?.load(Relaxed);
+        if w == 0 {
+            return None;
+        }
+        Handle::from_raw((w & !UNIT_BIT) - 1).map(|h| (h, w & UNIT_BIT != 0))
+    }
+
+    fn set_handle(&self, slot: Slot, h: Handle, unit: bool) {
+        if let Some(w) = self.handles.word(slot, true) {
+            w.store((h.to_raw() + 1) | if unit { UNIT_BIT } else { 0 }, Relaxed);
+        }
+    }
+
+    /// Slot `s` no longer holds anything here: its entry (or its share of a unit's)
+    /// goes. Returns whether it had one.
+    pub(crate) fn release(&self, slot: Slot) -> bool {
+        let Some(w) = self.handles.word(slot, false) else {
+            return false;
+        };
+        let w = w.swap(0, Relaxed);
+        if w == 0 {
+            return false;
+        }
+        let raw = (w & !UNIT_BIT) - 1;
+        let Some(h) = Handle::from_raw(raw) else {
+            return false;
+        };
+        if w & UNIT_BIT != 0 {
+            let base = slot - slot % UNIT_PAGES as u64;
+            let mut g = self.unit_live.lock().unwrap_or_else(|p| p.into_inner());
+            let left = g.get_mut(&base).map(|n| {
+                *n -= 1;
+                *n
+            });
+            if left == Some(0) {
+                g.remove(&base);
+                drop(g);
+                let _ = self.pool.free(h);
+            }
+        } else {
+            let _ = self.pool.free(h);
+        }
+        true
+    }
+}
+
+/// The budget's view of the pool: its bytes, in pages.
+pub(crate) fn charge_pool(e: &Engine, c: &Compressed) {
+    // Read and set as one step: two threads doing it at once would leave the older,
+    // larger reading.
+    let _g = c.charging.lock().unwrap_or_else(|p| p.into_inner());
+    e.budget
+        .set(Gauge::Pool, c.bytes().div_ceil(PAGE_SIZE as u64) as i64);
+}
+
+/// Try to store a whole unit, its pages in the contiguous frames at `frames[0]`, under
+/// one cluster of slots. True: stored (the pages are swapped, the frames free).
+pub(crate) fn store_unit(
+    e: &Engine,
+    ctx: &mut ThreadCtx,
+    r: &RegionInner,
+    u: &mut UnitPages,
+    first: u64,
+    frames: &[usize],
+) -> UnitStore {
+    let Some(c) = e.tiers.compressed.as_ref() else {
+        return UnitStore::NotTried;
+    };
+    if !c.whole_units
+        || frames.len() != UNIT_PAGES
+        || frames[UNIT_PAGES - 1] != frames[0] + UNIT_SIZE - PAGE_SIZE
+    {
+        return UnitStore::NotTried;
+    }
+    if !c.worth_trying() {
+        r.counters
+            .zswap_reject_compress
+            .fetch_add(UNIT_PAGES as u64, Relaxed);
+        return UnitStore::Refused;
+    }
+    let _one = c.unit_store.lock().unwrap_or_else(|p| p.into_inner());
+    let bytes: &[u8; UNIT_SIZE] = e
+        .frames
+        .span(frames[0], UNIT_SIZE)
+        .try_into()
+        .expect("a unit's span");
+    let h = match c.pool.store_unit(bytes) {
+        Ok(h) => h,
+        Err(why) => {
+            c.note(why == Reject::PoorCompression);
+            rejected(e, r, why, UNIT_PAGES as u64);
+            return UnitStore::Refused;
+        }
+    };
+    c.note(false);
+    let Some(base) = e.slots.alloc_cluster(&mut ctx.cursor) else {
+        let _ = c.pool.free(h);
+        charge_pool(e, c);
+        return UnitStore::NotTried;
+    };
+    c.unit_live
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(base, UNIT_PAGES as u16);
+    for i in 0..UNIT_PAGES {
+        let s = base + i as u64;
+        if let PageState::Resident {
+            slot: Some(old), ..
+        } = u.get(i)
+        {
+            e.tiers.release(e, old);
+        }
+        c.set_handle(s, h, true);
+        e.tiers.meta.set(s, Location::Compressed, 0);
+        u.set(i, PageState::Swapped(s));
+    }
+    c.push_order(Stored {
+        region: r.id,
+        page: first,
+        slot: base,
+        unit: true,
+    });
+    e.frames.free(&e.zapper, frames);
+    e.budget.uncharge(Gauge::Cached, UNIT_PAGES as i64);
+    charge_pool(e, c);
+    r.counters.zswpout.fetch_add(UNIT_PAGES as u64, Relaxed);
+    UnitStore::Stored
+}
+
+/// Try to store evicted pages (page map still `Resident`) one by one. Returns the
+/// pages (with their frames) the pool refused, for the back tier.
+pub(crate) fn store_pages(
+    e: &Engine,
+    ctx: &mut ThreadCtx,
+    r: &RegionInner,
+    u: &mut UnitPages,
+    pages: &[u64],
+    frames: &[usize],
+) -> (Vec<u64>, Vec<usize>) {
+    let Some(c) = e.tiers.compressed.as_ref() else {
+        return (pages.to_vec(), frames.to_vec());
+    };
+    let mut stored: Vec<(u64, usize, Handle)> = Vec::new();
+    let (mut rest_p, mut rest_f) = (Vec::new(), Vec::new());
+    let mut full = false;
+    for (&p, &f) in pages.iter().zip(frames) {
+        if full {
+            rest_p.push(p);
+            rest_f.push(f);
+            continue;
+        }
+        if !c.worth_trying() {
+            r.counters.zswap_reject_compress.fetch_add(1, Relaxed);
+            rest_p.push(p);
+            rest_f.push(f);
+            continue;
+        }
+        let bytes: &[u8; PAGE_SIZE] = e.frames.page(f).try_into().expect("a page");
+        match c.pool.store_page(bytes) {
+            Ok(h) => {
+                c.note(false);
+                stored.push((p, f, h))
+            }
+            Err(why) => {
+                c.note(why == Reject::PoorCompression);
+                full = why == Reject::PoolFull;
+                rejected(e, r, why, 1);
+                rest_p.push(p);
+                rest_f.push(f);
+            }
+        }
+    }
+    // Slots for the stored ones (any slots: they are written only on writeback).
+    let mut runs = Vec::new();
+    let got = e.slots.alloc(&mut ctx.cursor, stored.len(), &mut runs);
+    let slots: Vec<Slot> = runs.iter().flat_map(|run| run.slots()).collect();
+    let mut freed = Vec::with_capacity(stored.len());
+    for (k, &(p, f, h)) in stored.iter().enumerate() {
+        if k >= got {
+            // No slot: the page goes the other way (its bytes are still in the frame).
+            let _ = c.pool.free(h);
+            rest_p.push(p);
+            rest_f.push(f);
+            continue;
+        }
+        let s = slots[k];
+        c.set_handle(s, h, false);
+        e.tiers.meta.set(s, Location::Compressed, 0);
+        u.set(p as usize % UNIT_PAGES, PageState::Swapped(s));
+        c.push_order(Stored {
+            region: r.id,
+            page: p,
+            slot: s,
+            unit: false,
+        });
+        freed.push(f);
+    }
+    let n = freed.len();
+    e.frames.free(&e.zapper, &freed);
+    e.budget.uncharge(Gauge::Cached, n as i64);
+    charge_pool(e, c);
+    r.counters.zswpout.fetch_add(n as u64, Relaxed);
+    (rest_p, rest_f)
+}
+
+fn rejected(e: &Engine, r: &RegionInner, why: Reject, pages: u64) {
+    match why {
+        Reject::PoorCompression => r.counters.zswap_reject_compress.fetch_add(pages, Relaxed),
+        Reject::PoolFull => {
+            // Make room for newer pages: the reclaim thread writes the oldest back.
+            e.threads.wake_kswapd();
+            r.counters.zswap_reject_full.fetch_add(pages, Relaxed)
+        }
+    };
+}
+
+/// A fault on a page whose bytes are in the pool: decompress and map it (and with it
+/// the rest of a unit stored whole), dirty: the entry goes. Under the unit's lock.
+pub(crate) fn fault(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64, slot: Slot) {
+    let Some(c) = e.tiers.compressed.as_ref() else {
+        e.diag.internal(&format!(
+            "slot {slot} is in a compressed tier this pool lacks"
+        ));
+        crate::fault::poison_page(e, r, u, page, slot);
+        return;
+    };
+    match c.handle_of(slot) {
+        Some((h, true)) => load_unit(e, c, r, u, page, h),
+        Some((h, false)) => {
+            let Some(frame) = e.frames.alloc_one() else {
+                e.threads.wake_kswapd();
+                let _ = r.uffd.wake(r.page_addr(page), PAGE_SIZE);
+                return;
+            };
+            if c.pool.load(h, e.frames.page_mut(frame)).is_err() {
+                e.frames.free(&e.zapper, &[frame]);
+                r.counters.swap_csum_fail.fetch_add(1, Relaxed);
+                e.diag.say_compressed_corrupt(slot);
+                crate::fault::poison_page(e, r, u, page, slot);
+                return;
+            }
+            r.counters.zswpin.fetch_add(1, Relaxed);
+            r.counters.minflt.fetch_add(1, Relaxed);
+            map_loaded(e, c, r, u, &[(page, slot, frame)]);
+            charge_pool(e, c);
+        }
+        None => {
+            e.diag.internal(&format!(
+                "page {page} is compressed at slot {slot}, which has no entry"
+            ));
+            crate::fault::poison_page(e, r, u, page, slot);
+        }
+    }
+}
+
+/// Map pages just decompressed into their frames: the entries go (the release of
+/// each slot frees them), the pages are dirty.
+fn map_loaded(
+    e: &Engine,
+    c: &Compressed,
+    r: &RegionInner,
+    u: &mut UnitPages,
+    loaded: &[(u64, Slot, usize)],
+) {
+    for &(p, s, f) in loaded {
+        c.release(s);
+        e.tiers.meta.set(s, Location::None, 0);
+        // As a copy from the cache: `map_from_frames` drops the slot's cache reference
+        // and applies the stale-slot policy to the slot.
+        e.slots.set_cache(s);
+        e.budget.charge(Gauge::Cached, 1);
+        crate::fault::map_from_frames(e, r, u, p, &[(s, f)], true);
+    }
+}
+
+/// A unit stored whole: decompress it and map every page still swapped to it.
+fn load_unit(e: &Engine, c: &Compressed, r: &RegionInner, u: &mut UnitPages, page: u64, h: Handle) {
+    let first = page - page % UNIT_PAGES as u64;
+    let Some(huge) = e.frames.alloc_huge() else {
+        e.threads.wake_kswapd();
+        let _ = r.uffd.wake(r.page_addr(page), PAGE_SIZE);
+        return;
+    };
+    let frames: Vec<usize> = (0..UNIT_PAGES).map(|i| huge + i * PAGE_SIZE).collect();
+    e.budget.charge(Gauge::Cached, UNIT_PAGES as i64);
+    if c.pool.load(h, e.frames.span_mut(huge, UNIT_SIZE)).is_err() {
+        e.frames.free(&e.zapper, &frames);
+        e.budget.uncharge(Gauge::Cached, UNIT_PAGES as i64);
+        r.counters.swap_csum_fail.fetch_add(1, Relaxed);
+        // Every page of the unit is lost with its entry.
+        for i in 0..UNIT_PAGES {
+            if let PageState::Swapped(s) = u.get(i) {
+                if c.handle_of(s).map(|x| x.0) == Some(h) {
+                    e.diag.say_compressed_corrupt(s);
+                    crate::fault::poison_page(e, r, u, first + i as u64, s);
+                }
+            }
+        }
+        return;
+    }
+    e.budget.uncharge(Gauge::Cached, UNIT_PAGES as i64);
+    let mut slots = [0 as Slot; UNIT_PAGES];
+    let whole = (0..UNIT_PAGES).all(|i| match u.get(i) {
+        PageState::Swapped(s) if c.handle_of(s) == Some((h, true)) => {
+            slots[i] = s;
+            true
+        }
+        _ => false,
+    });
+    r.counters.minflt.fetch_add(1, Relaxed);
+    if whole {
+        for &s in &slots {
+            c.release(s);
+            e.tiers.meta.set(s, Location::None, 0);
+            e.slots.set_cache(s);
+        }
+        e.budget.charge(Gauge::Cached, UNIT_PAGES as i64);
+        r.counters.zswpin.fetch_add(UNIT_PAGES as u64, Relaxed);
+        crate::unit::map_unit(e, r, u, first, &slots, &frames, true);
+    } else {
+        // Part of the unit was rewritten or discarded since: map the pages still here,
+        // give the rest of the frame back.
+        let mut loaded = Vec::new();
+        let mut unused = Vec::new();
+        for (i, &f) in frames.iter().enumerate() {
+            match u.get(i) {
+                PageState::Swapped(s) if c.handle_of(s) == Some((h, true)) => {
+                    loaded.push((first + i as u64, s, f))
+                }
+                _ => unused.push(f),
+            }
+        }
+        e.frames.free(&e.zapper, &unused);
+        r.counters.zswpin.fetch_add(loaded.len() as u64, Relaxed);
+        map_loaded(e, c, r, u, &loaded);
+    }
+    charge_pool(e, c);
+}
+
+/// Past the pool's share, write the oldest entries back to the back tier (zswap's
+/// writeback) down to 7/8 of it; with `need` > 0 (reclaim found nothing else to free),
+/// also that many pages' worth below where the pool is. Compacts when much is
+/// compactable. Returns pages whose writes were started.
+pub(crate) fn balance(e: &Engine, ctx: &mut ThreadCtx, need: u64) -> u64 {
+    let Some(c) = e.tiers.compressed.as_ref() else {
+        return 0;
+    };
+    let st = c.pool.stats();
+    if st.compactable_bytes > 4 << 20 {
+        c.pool.compact();
+        charge_pool(e, c);
+    }
+    let share = c.share.load(Relaxed);
+    let over = c.bytes() >= share - share / 16;
+    if !c.writeback || !(over || need > 0) || !crate::writeback::can_write(e) {
+        return 0;
+    }
+    let target = if need > 0 {
+        c.bytes().saturating_sub(need * PAGE_SIZE as u64)
+    } else {
+        share - share / 8
+    };
+    let mut started = 0;
+    let base = e.tiers.file().base();
+    while c.bytes() > target {
+        let Some(st) = c
+            .order
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop_front()
+        else {
+            break;
+        };
+        if st.slot < base {
+            continue; // a slot of a parent's file: not ours to write
+        }
+        let Some(r) = e.regions.by_id(st.region) else {
+            continue;
+        };
+        // The decompressed copy needs room until its write completes and it is
+        // trimmed: write back only within the budget.
+        let n = if st.unit { UNIT_PAGES as i64 } else { 1 };
+        if e.budget.promised_pages() + n > e.budget.limit_pages() {
+            c.order
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push_front(st);
+            break;
+        }
+        let mut u = r.unit_of(st.page).lock();
+        if r.is_dead() {
+            continue;
+        }
+        started += write_back(e, c, ctx, &r, &mut u, st);
+        charge_pool(e, c);
+    }
+    charge_pool(e, c);
+    started
+}
+
+/// Write one entry (a page, or a unit whole) back to the back tier at its slots.
+fn write_back(
+    e: &Engine,
+    c: &Compressed,
+    ctx: &mut ThreadCtx,
+    r: &Arc<RegionInner>,
+    u: &mut UnitPages,
+    st: Stored,
+) -> u64 {
+    let i = st.page as usize % UNIT_PAGES;
+    if u.get(i) != PageState::Swapped(st.slot) {
+        return 0; // stale
+    }
+    let Some((h, unit)) = c.handle_of(st.slot) else {
+        return 0;
+    };
+    if unit != st.unit {
+        return 0;
+    }
+    let (n, frames): (usize, Vec<usize>) = if unit {
+        let Some(huge) = e.frames.alloc_huge() else {
+            c.order
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push_front(st);
+            return 0;
+        };
+        (
+            UNIT_PAGES,
+            (0..UNIT_PAGES).map(|k| huge + k * PAGE_SIZE).collect(),
+        )
+    } else {
+        let Some(f) = e.frames.alloc_one() else {
+            c.order
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push_front(st);
+            return 0;
+        };
+        (1, vec![f])
+    };
+    let out = if unit {
+        e.frames.span_mut(frames[0], UNIT_SIZE)
+    } else {
+        e.frames.page_mut(frames[0])
+    };
+    e.budget.charge(Gauge::Cached, n as i64);
+    if c.pool.load(h, out).is_err() {
+        // Corrupt in RAM: nothing to write; the fault that comes will say so.
+        e.frames.free(&e.zapper, &frames);
+        e.budget.uncharge(Gauge::Cached, n as i64);
+        return 0;
+    }
+    let first_page = st.page - if unit { st.page % UNIT_PAGES as u64 } else { 0 };
+    let mut pages = Vec::with_capacity(n);
+    let mut fr = Vec::with_capacity(n);
+    let mut slots_ok = true;
+    for k in 0..n {
+        let p = first_page + k as u64;
+        let s = st.slot + k as u64;
+        // Only pages still swapped to this entry go back; a unit's others were
+        // rewritten or discarded.
+        if u.get(p as usize % UNIT_PAGES) == PageState::Swapped(s)
+            && c.handle_of(s) == Some((h, unit))
+        {
+            c.release(s);
+            pages.push(p);
+            fr.push(frames[k]);
+        } else {
+            slots_ok = false;
+            e.frames.free(&e.zapper, &frames[k..k + 1]);
+            e.budget.uncharge(Gauge::Cached, 1);
+        }
+    }
+    let _ = slots_ok;
+    // Runs of consecutive slots, one write each.
+    let mut a = 0;
+    while a < pages.len() {
+        let mut b = a + 1;
+        while b < pages.len() && pages[b] == pages[b - 1] + 1 {
+            b += 1;
+        }
+        let s0 = st.slot + (pages[a] - first_page);
+        crate::writeback::write_run(e, ctx, r, u, &pages[a..b], &fr[a..b], s0, 0);
+        a = b;
+    }
+    r.counters.zswpwb.fetch_add(pages.len() as u64, Relaxed);
+    pages.len() as u64
+}

@@ -1,0 +1,160 @@
+//! The compressed tier: byte-exact through compression, writeback to the file,
+//! injected errors, a nearly full pool; the budget holds with the pool counted.
+
+mod common;
+
+use common::with_deadline;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use uswap::{FaultInjection, Pool, RegionOptions, TierKind, UnitPolicy};
+
+const MIB: u64 = 1 << 20;
+const WORDS_PER_PAGE: usize = 512;
+
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// What word `i` holds for `seed`: pages of small integers (compress ~4:1 and more),
+/// every fifth page random (refused by the pool), every seventh zeros.
+fn word(seed: u64, i: usize) -> u64 {
+    let page = i / WORDS_PER_PAGE;
+    match page % 35 {
+        p if p % 5 == 4 => mix(seed ^ i as u64),
+        p if p % 7 == 6 => 0,
+        _ => (seed.wrapping_mul(31) + (i % 97) as u64) & 0xffff,
+    }
+}
+
+fn fill(words: &[AtomicU64], seed: u64) {
+    for (i, w) in words.iter().enumerate() {
+        w.store(word(seed, i), Relaxed);
+    }
+}
+
+fn check(words: &[AtomicU64], seed: u64) {
+    for (i, w) in words.iter().enumerate() {
+        let v = w.load(Relaxed);
+        assert_eq!(v, word(seed, i), "word {i} (page {})", i / WORDS_PER_PAGE);
+    }
+}
+
+fn opts(unit: UnitPolicy) -> RegionOptions {
+    RegionOptions {
+        unit: Some(unit),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn compressed_file_tier_is_exact_and_honest() {
+    for unit in [UnitPolicy::Small, UnitPolicy::Huge, UnitPolicy::Auto] {
+        with_deadline(180, |t| {
+            t.phase(format!("{unit:?}"));
+            // A pool of 12 MiB: room for units (a unit's store needs a 2 MiB scratch
+            // buffer, counted in the pool), small enough to fill and write back.
+            let p = t.pool(
+                Pool::builder()
+                    .budget(48 * MIB)
+                    .tier(TierKind::CompressedFile)
+                    .compressed_max_percent(25),
+            );
+            let r = p.region_with(192 * MIB, opts(unit)).unwrap();
+            fill(r.as_words(), 1);
+            check(r.as_words(), 1);
+            fill(r.as_words(), 2);
+            check(r.as_words(), 2);
+            let c = p.counters();
+            assert!(c.zswpout > 0 && c.zswpin > 0, "{unit:?}: {c:?}");
+            if unit == UnitPolicy::Small {
+                // (A unit is stored whole, its random pages as raw chunks.)
+                assert!(c.zswap_reject_compress > 0, "random pages refused: {c:?}");
+            }
+            assert!(c.zswpwb > 0, "a pool at its share writes back: {c:?}");
+            assert!(
+                c.pswpout > 0,
+                "refused pages and write-backs reach the file: {c:?}"
+            );
+            assert!(
+                c.peak_used_bytes <= 48 * MIB,
+                "{unit:?}: peak {} over the budget (pool included)",
+                c.peak_used_bytes
+            );
+            if unit == UnitPolicy::Huge {
+                assert!(c.thp_swpin > 0, "units come back whole: {c:?}");
+            }
+        });
+    }
+}
+
+#[test]
+fn compressed_only_keeps_what_it_cannot_store() {
+    with_deadline(120, |t| {
+        let p = t.pool(
+            Pool::builder()
+                .budget(24 * MIB)
+                .tier(TierKind::Compressed)
+                .compressed_max_percent(60),
+        );
+        let r = p.region_with(64 * MIB, opts(UnitPolicy::Small)).unwrap();
+        fill(r.as_words(), 3);
+        check(r.as_words(), 3);
+        let c = p.counters();
+        assert!(c.zswpout > 0, "{c:?}");
+        assert_eq!(c.pswpout, 0, "nothing written to a file: {c:?}");
+    });
+}
+
+#[test]
+fn compressed_tier_under_injected_write_errors_is_exact() {
+    with_deadline(180, |t| {
+        let p = t.pool(
+            Pool::builder()
+                .budget(24 * MIB)
+                .tier(TierKind::CompressedFile)
+                .compressed_max_percent(20)
+                .inject_io_errors(FaultInjection {
+                    fail_write_every: 3,
+                    short_write_every: 5,
+                    fail_read_every: 4,
+                    transient: true,
+                    ..Default::default()
+                }),
+        );
+        let r = p.region_with(96 * MIB, opts(UnitPolicy::Auto)).unwrap();
+        fill(r.as_words(), 4);
+        check(r.as_words(), 4);
+        fill(r.as_words(), 5);
+        check(r.as_words(), 5);
+        let c = p.counters();
+        assert!(c.io_errors > 0 && c.zswpwb > 0, "{c:?}");
+    });
+}
+
+#[test]
+fn discards_and_drops_free_compressed_entries() {
+    with_deadline(120, |t| {
+        let p = t.pool(
+            Pool::builder()
+                .budget(24 * MIB)
+                .tier(TierKind::CompressedFile),
+        );
+        let r = p.region_with(64 * MIB, opts(UnitPolicy::Huge)).unwrap();
+        fill(r.as_words(), 6);
+        r.discard(0, 32 << 20).unwrap();
+        let words = r.as_words();
+        for (i, w) in words[..words.len() / 2].iter().enumerate().step_by(61) {
+            assert_eq!(w.load(Relaxed), 0, "discarded word {i}");
+        }
+        for (i, w) in words.iter().enumerate().skip(words.len() / 2) {
+            assert_eq!(w.load(Relaxed), word(6, i), "word {i}");
+        }
+        drop(r);
+        let c = p.counters();
+        assert_eq!(
+            c.zswap_stored_bytes, 0,
+            "entries left after the drop: {c:?}"
+        );
+    });
+}
