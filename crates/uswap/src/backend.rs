@@ -5,8 +5,10 @@
 //! readable by others:
 //! - no path: an `O_TMPFILE` (unnamed, mode 0600) in `$TMPDIR`, else `/var/tmp`;
 //! - a directory: an `O_TMPFILE` in it;
-//! - a path that does not exist: created 0600 and unlinked at once (the space is
-//!   freed when the pool closes, even after a crash);
+//! - a path that does not exist: an `O_TMPFILE` in its directory; the name itself is
+//!   never created, so processes given the same path (or a parent and its forked
+//!   children) never collide. Where the filesystem has no `O_TMPFILE`, a unique name
+//!   next to it, created 0600 and unlinked at once;
 //! - a block device: used as is (its size is the capacity).
 //!
 //! O_DIRECT keeps the page cache from holding swapped data outside the budget; a
@@ -129,19 +131,11 @@ impl SwapFile {
                     ))
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    let f = std::fs::OpenOptions::new()
-                        .read(true)
-                        .write(true)
-                        .create_new(true)
-                        .mode(0o600)
-                        .custom_flags(libc::O_DIRECT | libc::O_CLOEXEC)
-                        .open(p)
-                        .map_err(|e| {
-                            let h = odirect_hint(&e);
-                            swap_err(p, e, h)
-                        })?;
-                    // The name goes now; the space goes when the pool closes.
-                    std::fs::remove_file(p).map_err(|e| swap_err(p, e, ""))?;
+                    let dir = parent_dir(p);
+                    let f = open_in_dir(dir, p).map_err(|e| {
+                        let h = odirect_hint(&e);
+                        swap_err(p, e, h)
+                    })?;
                     (f, p.to_path_buf())
                 }
                 Err(e) => return Err(swap_err(p, e, "")),
@@ -301,6 +295,53 @@ impl SwapFile {
         }
         self.capacity.store(want, Ordering::Release);
         Ok(want)
+    }
+}
+
+/// The directory a new path goes in (`.` for a bare name).
+fn parent_dir(p: &Path) -> &Path {
+    match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
+}
+
+/// A new swap file for the new path `p` in `dir`: unnamed if the filesystem can, else
+/// under a unique name next to `p`, unlinked at once.
+fn open_in_dir(dir: &Path, p: &Path) -> std::io::Result<File> {
+    match open_tmpfile(dir) {
+        // EOPNOTSUPP: this filesystem has no O_TMPFILE (EISDIR: nor the kernel).
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR)) => {
+            open_unique(dir, p)
+        }
+        r => r,
+    }
+}
+
+/// Create `.<name>.uswap-<pid>-<n>` in `dir` (0600, exclusive) and unlink it at once.
+fn open_unique(dir: &Path, p: &Path) -> std::io::Result<File> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let name = p.file_name().unwrap_or_default().to_string_lossy();
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let tmp = dir.join(format!(".{name}.uswap-{}-{n}", std::process::id()));
+        match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_DIRECT | libc::O_CLOEXEC)
+            .open(&tmp)
+        {
+            Ok(f) => {
+                // The name goes now; the space goes when the pool closes.
+                std::fs::remove_file(&tmp)?;
+                return Ok(f);
+            }
+            // Left by a process that died between create and unlink: next number.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
     }
 }
 

@@ -108,8 +108,9 @@ impl PoolBuilder {
         self.budget = bytes;
         self
     }
-    /// Where the swap file goes: a directory (an unlinked file is made in it), a new file
-    /// path (created 0600, unlinked at once), or a block device. Default: `$TMPDIR`.
+    /// Where the swap file goes: a directory (an unnamed file is made in it), a new file
+    /// path (an unnamed file in its directory: the name is never created, so processes
+    /// given the same path never collide), or a block device. Default: `$TMPDIR`.
     pub fn swap_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.swap_file = Some(path.into());
         self
