@@ -13,6 +13,7 @@ say() { printf '\n== %s\n' "$*"; }
 need_apt=()
 add_apt() { for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p"); done; }
 # add_apt PACKAGE... lines go here
+add_apt util-linux mount e2fsprogs # losetup, mount, mkswap, mkfs.ext4: swap place tests
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "installing Debian packages: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -95,7 +95,9 @@ pub fn errno_of(e: &Error) -> c_int {
         Error::BudgetTooSmall { .. }
         | Error::BudgetExceedsRam { .. }
         | Error::InvalidSize { .. }
-        | Error::InvalidRegionSize { .. } => libc::EINVAL,
+        | Error::InvalidRegionSize { .. }
+        | Error::SwapInRam { .. } => libc::EINVAL,
+        Error::NoSwapPlace { .. } => libc::ENOENT,
         Error::Sys { source, .. } => os(source),
     }
 }

@@ -576,6 +576,24 @@ impl std::fmt::Display for BenchError {
     }
 }
 
+/// The exit status for an engine error: 2 when the input was wrong (sizes, budget,
+/// swap place), 1 when the system failed (userfaultfd, a full disk, a system call).
+pub fn exit_status(e: &uswap::Error) -> i32 {
+    use uswap::Error as E;
+    match e {
+        E::UffdNotPermitted { .. } | E::UffdFeatureMissing { .. } | E::Sys { .. } => 1,
+        E::SwapFile { source, .. }
+            if matches!(
+                source.raw_os_error(),
+                Some(libc::ENOSPC | libc::EDQUOT | libc::EIO | libc::ENOMEM)
+            ) =>
+        {
+            1
+        }
+        _ => 2,
+    }
+}
+
 fn mbps(bytes: u64, d: Duration) -> Option<f64> {
     let s = d.as_secs_f64();
     (s > 0.0).then(|| bytes as f64 / 1e6 / s)
@@ -683,6 +701,7 @@ fn build_report(
         size: args.size,
         region_bytes: memory.len(0),
         budget: args.budget,
+        swap: memory.swap_place(),
         threads: args.threads,
         unit: args.unit.name().to_string(),
         readahead: args.readahead.name().to_string(),
@@ -788,7 +807,7 @@ pub fn main(args: BenchArgs) -> i32 {
         }
         Err(BenchError::Engine(e)) => {
             eprintln!("uswap: error: {e}");
-            return 1;
+            return exit_status(&e);
         }
     };
     if let Some(m) = &report.mismatch {

@@ -1,9 +1,11 @@
 //! The swap backend: a file or block device opened with O_DIRECT, written and read
 //! through each thread's io_uring (see `fault::Worker`).
 //!
-//! Placement rules, so that swapped data never outlives the process and never sits
-//! readable by others:
-//! - no path: an `O_TMPFILE` (unnamed, mode 0600) in `$TMPDIR`, else `/var/tmp`;
+//! Placement rules, so that swapped data never outlives the process, never sits
+//! readable by others, and never sits in RAM:
+//! - no path: an `O_TMPFILE` (unnamed, mode 0600) in the first of `$TMPDIR`,
+//!   `/var/tmp`, `/tmp` that is on a disk (the others are skipped, and the place says
+//!   so);
 //! - a directory: an `O_TMPFILE` in it;
 //! - a path that does not exist: an `O_TMPFILE` in its directory; the name itself is
 //!   never created, so processes given the same path (or a parent and its forked
@@ -11,8 +13,12 @@
 //!   next to it, created 0600 and unlinked at once;
 //! - a block device: used as is (its size is the capacity).
 //!
-//! O_DIRECT keeps the page cache from holding swapped data outside the budget; a
-//! filesystem that refuses O_DIRECT (tmpfs) is refused with a hint.
+//! A place that keeps its data in RAM is refused: tmpfs (which has O_DIRECT since
+//! Linux 6.6), ramfs, a RAM disk (brd), a loop device over a file in one of them
+//! (statfs's f_type, then the block device in sysfs). zram is accepted, as a swap
+//! device should be, and [`SwapFile::place`] says so. O_DIRECT keeps the page cache
+//! from holding swapped data outside the budget; a filesystem that refuses it is
+//! refused with a hint.
 
 use crate::error::{Error, Result};
 use std::fs::File;
@@ -48,6 +54,10 @@ pub struct SwapFile {
     origin: Option<PathBuf>,
     /// What the user sees in messages.
     desc: PathBuf,
+    /// Where the swap is, for people: "an unnamed file in /var/tmp (on vda)".
+    place: String,
+    /// The zram device under the swap (compressed RAM), if any.
+    zram: Option<String>,
     /// Bytes usable now (a multiple of 2 MiB).
     capacity: AtomicU64,
     /// `Some(n)`: the user fixed the size (or it is a device); never grow past it.
@@ -68,7 +78,7 @@ fn swap_err(path: &Path, source: std::io::Error, hint: &str) -> Error {
 
 fn odirect_hint(e: &std::io::Error) -> &'static str {
     if e.raw_os_error() == Some(libc::EINVAL) {
-        " (the filesystem does not support O_DIRECT, e.g. tmpfs: choose a directory on a disk with --swap-file)"
+        " (the filesystem does not support O_DIRECT: choose a directory on a disk with --swap-file)"
     } else if e.raw_os_error() == Some(libc::EACCES) || e.raw_os_error() == Some(libc::EPERM) {
         " (no permission: choose a writable directory with --swap-file)"
     } else if e.raw_os_error() == Some(libc::ENOENT) {
@@ -81,65 +91,14 @@ fn odirect_hint(e: &std::io::Error) -> &'static str {
 impl SwapFile {
     /// Open the backend. `size`: fixed capacity in bytes, or `None` to grow on demand.
     pub fn open(path: Option<&Path>, size: Option<u64>) -> Result<SwapFile> {
-        let (file, desc) = match path {
-            None => {
-                let mut dirs: Vec<PathBuf> = Vec::new();
-                if let Some(t) = std::env::var_os("TMPDIR") {
-                    dirs.push(PathBuf::from(t));
-                }
-                dirs.push(PathBuf::from("/var/tmp"));
-                dirs.push(PathBuf::from("/tmp"));
-                let mut last = None;
-                let mut found = None;
-                for d in dirs {
-                    match open_tmpfile(&d) {
-                        Ok(f) => {
-                            found = Some((f, d));
-                            break;
-                        }
-                        Err(e) => last = Some((d, e)),
-                    }
-                }
-                match found {
-                    Some(x) => x,
-                    None => {
-                        let (d, e) = last.expect("at least one directory was tried");
-                        let hint = odirect_hint(&e);
-                        return Err(swap_err(&d, e, hint));
-                    }
-                }
-            }
-            Some(p) => match std::fs::metadata(p) {
-                Ok(m) if m.is_dir() => (open_tmpfile(p).map_err(|e| {
-                            let h = odirect_hint(&e);
-                            swap_err(p, e, h)
-                        })?, p.to_path_buf()),
-                Ok(m) if m.file_type().is_block_device() => {
-                    let f = std::fs::OpenOptions::new()
-                        .read(true)
-                        .write(true)
-                        .custom_flags(libc::O_DIRECT | libc::O_CLOEXEC | libc::O_EXCL)
-                        .open(p)
-                        .map_err(|e| swap_err(p, e, " (is the device in use or mounted?)"))?;
-                    (f, p.to_path_buf())
-                }
-                Ok(_) => {
-                    return Err(swap_err(
-                        p,
-                        std::io::Error::from_raw_os_error(libc::EEXIST),
-                        " (uswap will not overwrite an existing file: give a new path, a directory or a block device)",
-                    ))
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    let dir = parent_dir(p);
-                    let f = open_in_dir(dir, p).map_err(|e| {
-                        let h = odirect_hint(&e);
-                        swap_err(p, e, h)
-                    })?;
-                    (f, p.to_path_buf())
-                }
-                Err(e) => return Err(swap_err(p, e, "")),
-            },
+        let Placed {
+            file,
+            desc,
+            place,
+            zram,
+        } = match path {
+            None => place_default()?,
+            Some(p) => place_given(p)?,
         };
         let meta = file.metadata().map_err(|e| swap_err(&desc, e, ""))?;
         let is_block = meta.file_type().is_block_device();
@@ -157,6 +116,8 @@ impl SwapFile {
             frozen: Vec::new(),
             origin: path.map(Path::to_path_buf),
             desc,
+            place,
+            zram,
             capacity: AtomicU64::new(0),
             fixed: fixed.map(|f| f & !(crate::UNIT_SIZE as u64 - 1)),
             grow_lock: Mutex::new(()),
@@ -241,6 +202,18 @@ impl SwapFile {
         &self.desc
     }
 
+    /// Where the swap is, for people: "an unnamed file in /var/tmp (on vda)", with the
+    /// default places skipped and why.
+    pub fn place(&self) -> &str {
+        &self.place
+    }
+
+    /// The zram device under the swap, if any: swapped pages then still take RAM,
+    /// compressed.
+    pub fn zram(&self) -> Option<&str> {
+        self.zram.as_deref()
+    }
+
     /// Bytes usable now.
     pub fn capacity(&self) -> u64 {
         self.capacity.load(Ordering::Acquire)
@@ -295,6 +268,221 @@ impl SwapFile {
         }
         self.capacity.store(want, Ordering::Release);
         Ok(want)
+    }
+}
+
+/// A swap file or device just opened, and where it is.
+struct Placed {
+    file: File,
+    desc: PathBuf,
+    place: String,
+    zram: Option<String>,
+}
+
+/// What keeps the data of a swap place, as far as RAM goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Medium {
+    /// A disk (the block device's name, when there is one).
+    Disk(Option<String>),
+    /// zram: compressed RAM, a legitimate swap device; said, not refused.
+    Zram(String),
+    /// RAM: swapping there frees nothing. What it is, for messages.
+    Ram(String),
+}
+
+impl Medium {
+    /// " (on vda)", " (on zram0: compressed RAM)", or nothing.
+    fn suffix(&self) -> String {
+        match self {
+            Medium::Disk(Some(d)) => format!(" (on {d})"),
+            Medium::Disk(None) => String::new(),
+            Medium::Zram(z) => format!(" (on {z}: compressed RAM)"),
+            Medium::Ram(w) => format!(" (on {w}: RAM)"),
+        }
+    }
+
+    fn zram(&self) -> Option<String> {
+        match self {
+            Medium::Zram(z) => Some(z.clone()),
+            _ => None,
+        }
+    }
+}
+
+const TMPFS_MAGIC: u32 = 0x0102_1994;
+const RAMFS_MAGIC: u32 = 0x8584_58f6;
+
+/// What holds the filesystem of `path`: tmpfs and ramfs are RAM; otherwise the block
+/// device under it (RAM disks, zram and loop devices looked through).
+fn medium_of_path(path: &Path) -> std::io::Result<Medium> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: statfs is plain old data; all zeros is a valid value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statfs(2) with a NUL-terminated path and a pointer to a live struct.
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // f_type's width differs between architectures; the magics are 32-bit.
+    match st.f_type as u32 {
+        TMPFS_MAGIC => return Ok(Medium::Ram("tmpfs".into())),
+        RAMFS_MAGIC => return Ok(Medium::Ram("ramfs".into())),
+        _ => {}
+    }
+    use std::os::unix::fs::MetadataExt;
+    Ok(medium_of_dev(std::fs::metadata(path)?.dev(), 0))
+}
+
+/// What block device `dev` is: zram, a RAM disk (brd: ram0...), a loop device (what
+/// holds its backing file), or another disk. A device sysfs does not know (btrfs,
+/// overlayfs, NFS) counts as a disk.
+fn medium_of_dev(dev: u64, depth: u32) -> Medium {
+    let (maj, min) = (libc::major(dev), libc::minor(dev));
+    let Ok(sys) = std::fs::canonicalize(format!("/sys/dev/block/{maj}:{min}")) else {
+        return Medium::Disk(None);
+    };
+    let disk = if sys.join("partition").exists() {
+        sys.parent().map(Path::to_path_buf).unwrap_or(sys)
+    } else {
+        sys
+    };
+    let name = disk
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let digits_after = |prefix: &str| {
+        name.strip_prefix(prefix)
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    };
+    if digits_after("zram") {
+        return Medium::Zram(name);
+    }
+    if digits_after("ram") {
+        return Medium::Ram(format!("the RAM disk {name}"));
+    }
+    if digits_after("loop") && depth < 4 {
+        let backing = std::fs::read_to_string(disk.join("loop/backing_file")).unwrap_or_default();
+        let backing = backing.trim().trim_end_matches(" (deleted)");
+        if !backing.is_empty() {
+            match medium_of_path(Path::new(backing)) {
+                Ok(Medium::Ram(w)) => {
+                    return Medium::Ram(format!("{name}, a loop device over a file on {w}"))
+                }
+                Ok(Medium::Zram(z)) => return Medium::Zram(format!("{name} over {z}")),
+                _ => {}
+            }
+        }
+    }
+    Medium::Disk(Some(name))
+}
+
+fn ram_err(path: &Path, what: String) -> Error {
+    Error::SwapInRam {
+        path: path.to_path_buf(),
+        what,
+    }
+}
+
+/// The default place: an unnamed file in the first of $TMPDIR, /var/tmp, /tmp that is
+/// on a disk; the place says which were skipped and why.
+fn place_default() -> Result<Placed> {
+    let mut dirs: Vec<(String, PathBuf)> = Vec::new();
+    if let Some(t) = std::env::var_os("TMPDIR").filter(|t| !t.is_empty()) {
+        let t = PathBuf::from(t);
+        dirs.push((format!("$TMPDIR ({})", t.display()), t));
+    }
+    for d in ["/var/tmp", "/tmp"] {
+        dirs.push((d.to_string(), PathBuf::from(d)));
+    }
+    let mut skipped: Vec<String> = Vec::new();
+    for (label, dir) in dirs {
+        let medium = match medium_of_path(&dir) {
+            Ok(Medium::Ram(what)) => {
+                skipped.push(format!("{label}: on {what}, RAM"));
+                continue;
+            }
+            Ok(m) => m,
+            Err(e) => {
+                skipped.push(format!("{label}: {e}"));
+                continue;
+            }
+        };
+        match open_tmpfile(&dir) {
+            Ok(file) => {
+                let why: String = skipped.iter().map(|s| format!("; skipped {s}")).collect();
+                return Ok(Placed {
+                    file,
+                    place: format!(
+                        "an unnamed file in {}{}{why}",
+                        dir.display(),
+                        medium.suffix()
+                    ),
+                    zram: medium.zram(),
+                    desc: dir,
+                });
+            }
+            Err(e) => skipped.push(format!("{label}: {e}{}", odirect_hint(&e))),
+        }
+    }
+    Err(Error::NoSwapPlace {
+        tried: skipped.join("; "),
+    })
+}
+
+/// The place the user gave: a directory, a block device or a new path.
+fn place_given(p: &Path) -> Result<Placed> {
+    let open_in = |dir: &Path, new: Option<&Path>| -> Result<Placed> {
+        let medium = medium_of_path(dir).map_err(|e| swap_err(p, e, ""))?;
+        if let Medium::Ram(what) = medium {
+            return Err(ram_err(p, what));
+        }
+        let file = match new {
+            Some(new) => open_in_dir(dir, new),
+            None => open_tmpfile(dir),
+        }
+        .map_err(|e| {
+            let h = odirect_hint(&e);
+            swap_err(p, e, h)
+        })?;
+        Ok(Placed {
+            file,
+            desc: p.to_path_buf(),
+            place: format!("an unnamed file in {}{}", dir.display(), medium.suffix()),
+            zram: medium.zram(),
+        })
+    };
+    match std::fs::metadata(p) {
+        Ok(m) if m.is_dir() => open_in(p, None),
+        Ok(m) if m.file_type().is_block_device() => {
+            use std::os::unix::fs::MetadataExt;
+            let medium = medium_of_dev(m.rdev(), 0);
+            if let Medium::Ram(what) = medium {
+                return Err(ram_err(p, what));
+            }
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(libc::O_DIRECT | libc::O_CLOEXEC | libc::O_EXCL)
+                .open(p)
+                .map_err(|e| swap_err(p, e, " (is the device in use or mounted?)"))?;
+            let place = match &medium {
+                Medium::Zram(z) => format!("the block device {} ({z}: compressed RAM)", p.display()),
+                _ => format!("the block device {}", p.display()),
+            };
+            Ok(Placed {
+                file,
+                desc: p.to_path_buf(),
+                place,
+                zram: medium.zram(),
+            })
+        }
+        Ok(_) => Err(swap_err(
+            p,
+            std::io::Error::from_raw_os_error(libc::EEXIST),
+            " (uswap will not overwrite an existing file: give a new path, a directory or a block device)",
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => open_in(parent_dir(p), Some(p)),
+        Err(e) => Err(swap_err(p, e, "")),
     }
 }
 
@@ -413,7 +601,8 @@ mod tests {
 
     #[test]
     fn new_path_is_unlinked_at_once() {
-        let p = std::env::temp_dir().join(format!("uswap-test-{}", std::process::id()));
+        // /var/tmp: on a disk (/tmp may be a tmpfs, which is refused).
+        let p = Path::new("/var/tmp").join(format!("uswap-test-{}", std::process::id()));
         let f = SwapFile::open(Some(&p), Some(4 << 20)).unwrap();
         assert!(!p.exists(), "swap file name must be gone while in use");
         assert_eq!(f.capacity(), 4 << 20);

@@ -242,6 +242,18 @@ impl Pool {
         self.engine.swap().desc().to_path_buf()
     }
 
+    /// Where the swap is, for people: "an unnamed file in /var/tmp (on vda)"; for the
+    /// default place, also which of $TMPDIR, /var/tmp, /tmp were skipped and why.
+    pub fn swap_place(&self) -> String {
+        self.engine.swap().place().to_string()
+    }
+
+    /// The zram device under the swap, if any (swapped pages then still take RAM,
+    /// compressed).
+    pub fn swap_zram(&self) -> Option<String> {
+        self.engine.swap().zram().map(str::to_string)
+    }
+
     /// Whether slots are allocated the rotational way (shared scan base) or SSD way.
     pub fn rotational(&self) -> bool {
         self.engine.slots.policy() == crate::slots::AllocPolicy::Rotational
