@@ -548,6 +548,12 @@ impl BenchArgs {
         if self.size == 0 {
             return Err("--size must be greater than zero".into());
         }
+        if let Some(s) = self.swap_size.filter(|&s| s < uswap::UNIT_SIZE as u64) {
+            return Err(format!(
+                "--swap-size {} is too small: the minimum is 2M (one 2 MiB swap unit)",
+                uswap::format_size(s)
+            ));
+        }
         if self.bg_size == Some(0) {
             return Err(
                 "--bg-size must be greater than zero (use --bg-threads 0 for no background region)"

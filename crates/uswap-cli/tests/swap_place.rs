@@ -102,3 +102,57 @@ fn the_report_says_where_the_swap_is() {
         text(&out.stderr)
     );
 }
+
+/// Bad places and sizes are usage errors (exit 2, as `--help` says; they exited 1) with
+/// a message that names the input and says what is wrong (not a bare errno: "No space
+/// left on device" for --swap-size 0, "Is a directory" for a missing directory, "File
+/// exists" for a dangling symlink).
+#[test]
+fn bad_places_and_sizes_say_what_is_wrong_and_exit_2() {
+    let dir = TempDir::new(scratch(), "bad-places");
+    let dangling = dir.path().join("dangling");
+    std::os::unix::fs::symlink("/nonexistent-target", &dangling).unwrap();
+    let dangling = dangling.to_str().unwrap();
+    let cases: &[(&[&str], &[&str])] = &[
+        (&["--swap-size", "0"], &["--swap-size", "too small", "2M"]),
+        (&["--swap-size", "1M"], &["--swap-size", "too small"]),
+        (
+            &["--swap-file", "/nonexistent-dir/"],
+            &["/nonexistent-dir/", "no such directory"],
+        ),
+        (
+            &["--swap-file", "/nonexistent-dir/swap"],
+            &[
+                "/nonexistent-dir/swap",
+                "directory /nonexistent-dir does not exist",
+            ],
+        ),
+        (
+            &["--swap-file", dangling],
+            &[dangling, "symlink to /nonexistent-target"],
+        ),
+        (
+            &["--swap-file", "/dev/null"],
+            &["/dev/null", "not a directory"],
+        ),
+        (&["--budget", "0"], &["budget of 0 bytes is too small"]),
+        (&["--budget", "100T"], &["larger than this machine's RAM"]),
+        (&["--size", "64M", "--swap-size", "4M"], &["--swap-size"]),
+    ];
+    for (args, want) in cases {
+        let mut a = vec!["bench", "--size", "16M"];
+        if args.contains(&"--size") {
+            a.truncate(1);
+        }
+        a.extend_from_slice(args);
+        let out = uswap(&a, &[]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        for w in *want {
+            assert!(err.contains(w), "{args:?}: {w:?} missing from: {err}");
+        }
+        for bare in ["No space left", "Is a directory", "File exists"] {
+            assert!(!err.contains(bare), "{args:?}: {err}");
+        }
+    }
+}

@@ -91,6 +91,13 @@ fn odirect_hint(e: &std::io::Error) -> &'static str {
 impl SwapFile {
     /// Open the backend. `size`: fixed capacity in bytes, or `None` to grow on demand.
     pub fn open(path: Option<&Path>, size: Option<u64>) -> Result<SwapFile> {
+        let unit = crate::UNIT_SIZE as u64;
+        if let Some(s) = size.filter(|&s| s < unit) {
+            return Err(Error::SwapSizeTooSmall {
+                size: s,
+                minimum: unit,
+            });
+        }
         let Placed {
             file,
             desc,
@@ -126,10 +133,11 @@ impl SwapFile {
         };
         if let Some(cap) = sf.fixed {
             if cap == 0 {
+                // Only a device can get here (a size below a unit is refused above).
                 return Err(swap_err(
                     &sf.desc,
                     std::io::Error::from_raw_os_error(libc::ENOSPC),
-                    " (swap size below 2 MiB)",
+                    " (the device holds less than 2 MiB, one swap unit)",
                 ));
             }
             if is_block {
@@ -429,30 +437,39 @@ fn place_default() -> Result<Placed> {
     })
 }
 
+/// An unnamed file in `dir` (the place `p` the user gave, a directory or the new path
+/// `new` in it), unless `dir` is in RAM.
+fn place_in_dir(p: &Path, dir: &Path, new: Option<&Path>) -> Result<Placed> {
+    let medium = medium_of_path(dir).map_err(|e| swap_err(p, e, ""))?;
+    if let Medium::Ram(what) = medium {
+        return Err(ram_err(p, what));
+    }
+    let file = match new {
+        Some(new) => open_in_dir(dir, new),
+        None => open_tmpfile(dir),
+    }
+    .map_err(|e| {
+        let h = odirect_hint(&e);
+        swap_err(p, e, h)
+    })?;
+    Ok(Placed {
+        file,
+        desc: p.to_path_buf(),
+        place: format!("an unnamed file in {}{}", dir.display(), medium.suffix()),
+        zram: medium.zram(),
+    })
+}
+
 /// The place the user gave: a directory, a block device or a new path.
 fn place_given(p: &Path) -> Result<Placed> {
-    let open_in = |dir: &Path, new: Option<&Path>| -> Result<Placed> {
-        let medium = medium_of_path(dir).map_err(|e| swap_err(p, e, ""))?;
-        if let Medium::Ram(what) = medium {
-            return Err(ram_err(p, what));
+    let meta = match std::fs::metadata(p) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return place_new(p, e);
         }
-        let file = match new {
-            Some(new) => open_in_dir(dir, new),
-            None => open_tmpfile(dir),
-        }
-        .map_err(|e| {
-            let h = odirect_hint(&e);
-            swap_err(p, e, h)
-        })?;
-        Ok(Placed {
-            file,
-            desc: p.to_path_buf(),
-            place: format!("an unnamed file in {}{}", dir.display(), medium.suffix()),
-            zram: medium.zram(),
-        })
+        m => m,
     };
-    match std::fs::metadata(p) {
-        Ok(m) if m.is_dir() => open_in(p, None),
+    match meta {
+        Ok(m) if m.is_dir() => place_in_dir(p, p, None),
         Ok(m) if m.file_type().is_block_device() => {
             use std::os::unix::fs::MetadataExt;
             let medium = medium_of_dev(m.rdev(), 0);
@@ -476,12 +493,47 @@ fn place_given(p: &Path) -> Result<Placed> {
                 zram: medium.zram(),
             })
         }
-        Ok(_) => Err(swap_err(
+        Ok(m) if m.is_file() => Err(swap_err(
             p,
             std::io::Error::from_raw_os_error(libc::EEXIST),
             " (uswap will not overwrite an existing file: give a new path, a directory or a block device)",
         )),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => open_in(parent_dir(p), Some(p)),
+        Ok(_) => Err(swap_err(
+            p,
+            std::io::Error::from_raw_os_error(libc::EINVAL),
+            " (not a directory, a block device or a new path)",
+        )),
+        Err(e) => Err(swap_err(p, e, "")),
+    }
+}
+
+/// A path that does not exist (`missing`: the error that said so): a new file in its
+/// directory, unless it names a missing directory or is a dangling symlink.
+fn place_new(p: &Path, missing: std::io::Error) -> Result<Placed> {
+    if let Ok(target) = std::fs::read_link(p) {
+        let hint = format!(
+            " (a symlink to {}, which does not exist: give a new path, a directory or a \
+             block device)",
+            target.display()
+        );
+        return Err(swap_err(p, missing, &hint));
+    }
+    if p.as_os_str().as_encoded_bytes().ends_with(b"/") {
+        return Err(swap_err(p, missing, " (no such directory)"));
+    }
+    let dir = parent_dir(p);
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => place_in_dir(p, dir, Some(p)),
+        Ok(_) => Err(swap_err(
+            p,
+            std::io::Error::from_raw_os_error(libc::ENOTDIR),
+            &format!(" ({} is not a directory)", dir.display()),
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(swap_err(
+            p,
+            e,
+            &format!(" (the directory {} does not exist)", dir.display()),
+        )),
         Err(e) => Err(swap_err(p, e, "")),
     }
 }
@@ -612,6 +664,9 @@ mod tests {
     fn bad_paths_are_clear_errors() {
         let e = SwapFile::open(Some(Path::new("/nonexistent-dir/x/swap")), None).unwrap_err();
         assert!(e.to_string().contains("/nonexistent-dir/x/swap"), "{e}");
+        assert!(e.to_string().contains("/nonexistent-dir/x does not exist"), "{e}");
+        let e = SwapFile::open(None, Some(0)).unwrap_err();
+        assert!(matches!(e, Error::SwapSizeTooSmall { size: 0, .. }), "{e}");
         let existing = std::env::temp_dir().join(format!("uswap-existing-{}", std::process::id()));
         std::fs::write(&existing, b"keep me").unwrap();
         let e = SwapFile::open(Some(&existing), None).unwrap_err();

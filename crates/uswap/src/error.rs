@@ -52,6 +52,17 @@ pub enum Error {
         /// Each place tried and why it was not used.
         tried: String,
     },
+    /// A fixed swap size below one 2 MiB unit.
+    #[error(
+        "swap size of {size} bytes is too small: the minimum is {minimum} bytes (one 2 MiB swap \
+         unit)"
+    )]
+    SwapSizeTooSmall {
+        /// Size given.
+        size: u64,
+        /// The smallest size that works.
+        minimum: u64,
+    },
     /// The swap file cannot hold what the pool has been asked to back.
     #[error(
         "swap space exhausted: a region of {requested} bytes needs {needed} bytes of swap, but the \
