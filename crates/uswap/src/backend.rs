@@ -239,7 +239,9 @@ impl SwapFile {
 
     /// Make at least `bytes` usable: extend and preallocate a regular file (so that
     /// O_DIRECT writes do not allocate blocks one by one and a full disk shows here,
-    /// not as a write error later). Returns the new capacity.
+    /// not as a write error later). It grows in [`GROW_STEP`]s where there is room,
+    /// else by what is needed (rounded to a 2 MiB unit); an error says what was asked
+    /// and what was free. Returns the new capacity.
     pub fn ensure(&self, bytes: u64) -> Result<u64> {
         let _g = self.grow_lock.lock().unwrap_or_else(|p| p.into_inner());
         let cap = self.capacity();
@@ -249,33 +251,71 @@ impl SwapFile {
         if self.is_block {
             return Ok(cap);
         }
-        let mut want = bytes.div_ceil(GROW_STEP) * GROW_STEP;
-        if let Some(f) = self.fixed {
-            want = want.min(f).max(bytes.min(f));
+        let unit = crate::UNIT_SIZE as u64;
+        let limit = self.fixed.unwrap_or(u64::MAX);
+        let exact = bytes
+            .div_ceil(unit)
+            .saturating_mul(unit)
+            .min(limit)
+            .max(bytes.min(limit));
+        let step = bytes
+            .div_ceil(GROW_STEP)
+            .saturating_mul(GROW_STEP)
+            .min(limit)
+            .max(exact);
+        let mut tries = vec![step];
+        if exact < step {
+            tries.push(exact);
         }
+        let mut last = None;
+        for want in tries {
+            match self.grow_to(cap, want) {
+                Ok(()) => {
+                    self.capacity.store(want, Ordering::Release);
+                    return Ok(want);
+                }
+                // No room for a step: try what is needed.
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => last = Some(e),
+                Err(e) => return Err(swap_err(&self.desc, e, "")),
+            }
+        }
+        let e = last.unwrap_or_else(|| std::io::Error::from_raw_os_error(libc::ENOSPC));
+        let hint = format!(
+            " (the swap file needs {} more to hold {}; its filesystem has {} free)",
+            crate::format_size(exact - cap),
+            crate::format_size(exact),
+            self.free_bytes()
+                .map_or_else(|| "an unknown amount".into(), crate::format_size)
+        );
+        Err(swap_err(&self.desc, e, &hint))
+    }
+
+    /// Extend the writable file from capacity `cap` to `want` (slot-space bytes),
+    /// preallocated where the filesystem can; on failure the file is as it was.
+    fn grow_to(&self, cap: u64, want: u64) -> std::io::Result<()> {
         let off = self.base * 4096;
         // SAFETY: fallocate on an fd we own, with a byte range.
         let r = unsafe { libc::fallocate(self.raw(), 0, (cap - off) as i64, (want - cap) as i64) };
-        if r != 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
-                // No preallocation on this filesystem: a sparse extension still works.
-                self.file
-                    .set_len(want)
-                    .map_err(|e| swap_err(&self.desc, e, ""))?;
-            } else {
-                // Give back what a partial fallocate may have taken.
-                let _ = self.file.set_len(cap - off);
-                let hint = if e.raw_os_error() == Some(libc::ENOSPC) {
-                    " (the disk is full)"
-                } else {
-                    ""
-                };
-                return Err(swap_err(&self.desc, e, hint));
-            }
+        if r == 0 {
+            return Ok(());
         }
-        self.capacity.store(want, Ordering::Release);
-        Ok(want)
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
+            // No preallocation on this filesystem: a sparse extension still works.
+            return self.file.set_len(want - off);
+        }
+        // Give back what a partial fallocate may have taken.
+        let _ = self.file.set_len(cap - off);
+        Err(e)
+    }
+
+    /// Bytes free on the filesystem of the writable file, for messages.
+    fn free_bytes(&self) -> Option<u64> {
+        // SAFETY: statfs is plain old data; all zeros is a valid value.
+        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: fstatfs(2) on an fd we own, into a live struct.
+        let r = unsafe { libc::fstatfs(self.raw(), &mut st) };
+        (r == 0).then(|| st.f_bavail * st.f_bsize as u64)
     }
 }
 
@@ -664,7 +704,10 @@ mod tests {
     fn bad_paths_are_clear_errors() {
         let e = SwapFile::open(Some(Path::new("/nonexistent-dir/x/swap")), None).unwrap_err();
         assert!(e.to_string().contains("/nonexistent-dir/x/swap"), "{e}");
-        assert!(e.to_string().contains("/nonexistent-dir/x does not exist"), "{e}");
+        assert!(
+            e.to_string().contains("/nonexistent-dir/x does not exist"),
+            "{e}"
+        );
         let e = SwapFile::open(None, Some(0)).unwrap_err();
         assert!(matches!(e, Error::SwapSizeTooSmall { size: 0, .. }), "{e}");
         let existing = std::env::temp_dir().join(format!("uswap-existing-{}", std::process::id()));

@@ -138,3 +138,63 @@ fn zram_is_accepted_and_named() {
     support::sh("umount", &[dir.path().to_str().unwrap()]);
     r.unwrap();
 }
+
+/// Make a file of `bytes` preallocated in `dir` (to fill a disk).
+fn ballast(dir: &Path, bytes: u64) {
+    use std::os::unix::io::AsRawFd;
+    let f = std::fs::File::create(dir.join("ballast")).unwrap();
+    // SAFETY: fallocate(2) on an fd we own; no memory is passed.
+    let r = unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, bytes as libc::off_t) };
+    assert_eq!(r, 0, "ballast: {}", std::io::Error::last_os_error());
+}
+
+/// The swap file grows in 64 MiB steps where there is room, by what is needed where
+/// there is not (a 16 MiB region on a disk with 20 MiB free failed: it asked for 64),
+/// and a growth that cannot fit says what was asked and what was free, and takes
+/// nothing.
+#[test]
+fn a_nearly_full_disk_grows_by_what_is_needed() {
+    let fs = Mount::ext4(scratch(), "nearly-full", 160);
+    let f = SwapFile::open(Some(fs.path()), None).unwrap();
+    assert_eq!(
+        f.ensure(2 * MIB).unwrap(),
+        64 * MIB,
+        "a step where there is room"
+    );
+    // Leave 20 MiB free: the next step (to 128 MiB) does not fit, 80 MiB does.
+    let free = fs.free_bytes();
+    ballast(fs.path(), free - 20 * MIB);
+    assert_eq!(f.ensure(80 * MIB).unwrap(), 80 * MIB);
+    let free = fs.free_bytes();
+    let e = f.ensure(120 * MIB).unwrap_err().to_string();
+    for want in ["No space left", "40.0 MiB more", "120.0 MiB", "free"] {
+        assert!(e.contains(want), "{want:?} missing from: {e}");
+    }
+    assert!(
+        e.contains(&uswap::format_size(free)),
+        "free space not said: {e}"
+    );
+    assert_eq!(f.capacity(), 80 * MIB);
+    assert_eq!(fs.free_bytes(), free, "a failed growth kept space");
+    drop(f);
+    // Through a pool, the case: a 16 MiB region with 20 MiB free.
+    std::fs::remove_file(fs.path().join("ballast")).unwrap();
+    ballast(fs.path(), fs.free_bytes() - 20 * MIB);
+    let pool = uswap::Pool::builder()
+        .budget(8 * MIB)
+        .swap_file(fs.path())
+        .build()
+        .unwrap();
+    let r = pool.region(16 * MIB).unwrap();
+    let words = r.as_words();
+    for (i, w) in words.iter().enumerate() {
+        w.store(i as u64 ^ 0xA5A5, std::sync::atomic::Ordering::Relaxed);
+    }
+    for (i, w) in words.iter().enumerate() {
+        assert_eq!(
+            w.load(std::sync::atomic::Ordering::Relaxed),
+            i as u64 ^ 0xA5A5
+        );
+    }
+    assert!(pool.counters().pswpout > 0, "nothing was swapped");
+}
