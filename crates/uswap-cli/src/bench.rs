@@ -35,10 +35,12 @@ Exit status: 0 ok, 1 verification failure or runtime error, 2 bad usage.";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Workload {
     /// T threads each write their own contiguous slice, two passes with different patterns
-    /// (vm-scalability swap-w-seq), then verify; throughput = bytes written / write time.
+    /// (vm-scalability swap-w-seq; the second checks each word before overwriting it), then
+    /// verify; throughput = bytes written / write time.
     SwapWSeq,
-    /// Populate, then T threads write random 4 KiB pages (as many as the region has, or for
-    /// --duration), then verify every page; throughput = bytes written / write time.
+    /// Populate, then T threads rewrite random 4 KiB pages, checking each first (as many as
+    /// the region has, or for --duration), then verify every page; throughput = bytes
+    /// written / write time.
     SwapWRand,
     /// Populate, then uniform random 4 KiB-page accesses (one word each) for --duration with
     /// --read-pct reads; accesses/s and latency percentiles.
@@ -413,8 +415,9 @@ pub struct BenchArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_size_arg)]
     pub cgroup_limit: Option<u64>,
 
-    /// Test hook: flip a bit of this page of the region once the data is written (before the
-    /// reads or the final verification), to check that verification fails loudly.
+    /// Test hook: flip a bit of word 5 of this page of the region once the data is in place
+    /// (after the populate, or swap-w-seq's first pass), to check that the next access to
+    /// the page fails loudly, before anything overwrites it.
     #[arg(long, value_name = "PAGE", hide = true)]
     pub inject_corruption: Option<u64>,
 }
@@ -637,18 +640,15 @@ pub fn run_bench(args: &BenchArgs, show_progress: bool) -> Result<Report, BenchE
     let mut measure_start = first.clone();
     let mut measure_end = None;
     let words = memory.words(0);
-    // seq-read checks its data during the measured phases, the others after them.
-    let corrupt_at = if args.workload == Workload::SeqRead {
-        Mark::Start
-    } else {
-        Mark::End
-    };
     let mut mark = |m: Mark| {
         match m {
             Mark::Start => measure_start = memory.snapshot(),
             Mark::End => measure_end = Some(memory.snapshot()),
+            Mark::Written => {}
         }
-        if let (Some(page), true) = (args.inject_corruption, m == corrupt_at) {
+        // Once the data is in place: the next phase that brings the page back must
+        // catch it, before anything overwrites it.
+        if let (Some(page), Mark::Written) = (args.inject_corruption, m) {
             let pages = workloads::page_count(words);
             let w = &words[(page % pages) as usize * workloads::PAGE_WORDS + 5];
             w.fetch_xor(1 << 20, std::sync::atomic::Ordering::Relaxed);
