@@ -29,7 +29,7 @@ Examples:
 
 Sizes: 4k, 256M, 2G, 1.5G, 2GiB or bytes (binary units). Durations: 500ms, 10s, 2m, 1h, or seconds.
 Throughput is in MB/s (10^6 bytes); latencies in microseconds.
-Exit status: 0 ok, 1 verification failure or runtime error, 2 bad usage.";
+Exit status: 0 ok, 1 verification failure (wrong or lost data) or runtime error, 2 bad usage.";
 
 /// The workloads, shaped like the seeds' benchmarks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -415,6 +415,11 @@ pub struct BenchArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_size_arg)]
     pub cgroup_limit: Option<u64>,
 
+    /// Test hook: every Nth read from the swap device fails (the engine retries twice,
+    /// then poisons the page: 1 loses every page that is swapped in).
+    #[arg(long, value_name = "N", hide = true)]
+    pub inject_read_errors: Option<u64>,
+
     /// Test hook: flip a bit of word 5 of this page of the region once the data is in place
     /// (after the populate, or swap-w-seq's first pass), to check that the next access to
     /// the page fails loudly, before anything overwrites it.
@@ -543,6 +548,12 @@ impl BenchArgs {
         if let Some(s) = self.swap_size {
             b = b.swap_size(s);
         }
+        if let Some(n) = self.inject_read_errors {
+            b = b.inject_io_errors(uswap::FaultInjection {
+                fail_read_every: n,
+                fail_write_every: 0,
+            });
+        }
         b
     }
 
@@ -628,6 +639,24 @@ pub fn run_bench(args: &BenchArgs, show_progress: bool) -> Result<Report, BenchE
     }
     .map_err(BenchError::Engine)?;
 
+    // A page lost to a failed swap-in is SIGBUS in a workload thread: say which.
+    let names: &[&'static str] = if args.workload == Workload::Combined {
+        &["seq", "bg"]
+    } else {
+        &["main"]
+    };
+    let regions: Vec<_> = names
+        .iter()
+        .enumerate()
+        .take(sizes.len())
+        .map(|(i, &n)| (n, memory.words(i).as_ptr() as usize, memory.len(i) as usize))
+        .collect();
+    crate::lost::watch(
+        &regions,
+        &memory
+            .swap_place()
+            .unwrap_or_else(|| "kernel swap".to_string()),
+    );
     let ui = Ui::new(show_progress);
     let params = Params {
         seed: args.seed,
@@ -664,6 +693,7 @@ pub fn run_bench(args: &BenchArgs, show_progress: bool) -> Result<Report, BenchE
             workloads::combined(words, bg, &params, &ui, &mut mark)
         }
     };
+    crate::lost::unwatch();
     let last = memory.snapshot();
     let whole = last.since(&first);
     let measured = measure_end

@@ -4,6 +4,7 @@ mod against;
 mod bench;
 mod cgroup;
 mod kswap;
+mod lost;
 mod memory;
 mod plot;
 mod report;
@@ -22,7 +23,7 @@ Examples:
   uswap run --budget 2G -- ./prog  run a program with its large memory under uswap
 
 uswap needs userfaultfd: run as root, or `sudo sysctl vm.unprivileged_userfaultfd=1`.
-Exit status: 0 ok, 1 verification failure or runtime error, 2 bad usage.";
+Exit status: 0 ok, 1 verification failure (wrong or lost data) or runtime error, 2 bad usage.";
 
 /// User-space swap: memory regions far bigger than the RAM they may use, paged by
 /// userfaultfd to a swap file under an honest resident budget.

@@ -77,3 +77,59 @@ fn a_corrupted_word_on_uswap_memory_is_caught_by_every_workload() {
         );
     }
 }
+
+/// Every swap-in fails (injected read errors: `--inject-read-errors 1`, hidden): the
+/// engine poisons exactly the lost pages and the bench, touching one, gets SIGBUS. It
+/// must say which page of which region and why, and exit 1 (it died with "Bus error",
+/// status 135, and no message).
+#[test]
+fn a_failed_swap_in_is_reported_by_page_not_a_bare_sigbus() {
+    use std::os::unix::process::ExitStatusExt;
+    for (w, threads, region) in [
+        ("swap-w-seq", "1", "main"),
+        ("seq-read", "2", "main"),
+        ("combined", "1", "seq"),
+    ] {
+        let out = uswap(&[
+            "bench",
+            w,
+            "--size",
+            "32M",
+            "--budget",
+            "8M",
+            "--threads",
+            threads,
+            "--duration",
+            "2s",
+            "--json",
+            "--inject-read-errors",
+            "1",
+        ]);
+        let err = text(&out.stderr);
+        assert_eq!(
+            (out.status.code(), out.status.signal()),
+            (Some(1), None),
+            "{w}: {err}"
+        );
+        let line = err
+            .lines()
+            .find(|l| l.contains("was lost"))
+            .unwrap_or_else(|| panic!("{w}: no message: {err}"));
+        assert!(
+            line.contains(&format!("region {region}, page "))
+                && line.contains("byte offset 0x")
+                && line.contains("I/O error")
+                && line.contains("swap"),
+            "{w}: unclear: {line}"
+        );
+        let page: u64 = line
+            .split("page ")
+            .nth(1)
+            .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("{w}: no page number: {line}"));
+        assert!(page < 8192, "{w}: page {page} is outside the 32 MiB region");
+        let off = format!("byte offset {:#x}", page * 4096);
+        assert!(line.contains(&off), "{w}: {off} missing from: {line}");
+    }
+}
