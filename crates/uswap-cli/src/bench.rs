@@ -816,17 +816,15 @@ pub fn main(args: BenchArgs) -> i32 {
         eprintln!("uswap: error: {e}");
         return 2;
     }
-    if args.against.is_some() {
-        return match crate::against::run(&args) {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("uswap: error: {e}");
-                1
-            }
+    if args.against.is_some() || args.cgroup_limit.is_some() {
+        let r = if args.against.is_some() {
+            crate::against::run(&args)
+        } else {
+            crate::against::run_in_cgroup(&args)
         };
-    }
-    if args.cgroup_limit.is_some() {
-        return match crate::against::run_in_cgroup(&args) {
+        // Every guard has run: strike out the record (or keep what is left, said).
+        crate::ledger::end();
+        return match r {
             Ok(()) => 0,
             Err(e) => {
                 eprintln!("uswap: error: {e}");

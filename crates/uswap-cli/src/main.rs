@@ -4,6 +4,7 @@ mod against;
 mod bench;
 mod cgroup;
 mod kswap;
+mod ledger;
 mod lost;
 mod memory;
 mod plot;

@@ -117,10 +117,46 @@ impl Mount {
         self.dir.path()
     }
 
+    /// Names in the filesystem's root, but ext4's lost+found.
+    pub fn entries(&self) -> Vec<String> {
+        let mut v = self.dir.entries();
+        v.retain(|n| n != "lost+found");
+        v
+    }
+
     /// Bytes free for an unprivileged file (statvfs f_bavail).
     pub fn free_bytes(&self) -> u64 {
         free_bytes(self.path())
     }
+}
+
+impl Mount {
+    /// Wait (up to 10 s) until the free space is back to `free`; fail if it is not.
+    pub fn free_space_returns(&self, free: u64) {
+        let t0 = std::time::Instant::now();
+        while self.free_bytes() != free && t0.elapsed() < std::time::Duration::from_secs(10) {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert_eq!(self.free_bytes(), free, "swap space not given back");
+    }
+}
+
+/// Open descriptors of any process that point into `dir`.
+pub fn fds_into(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for p in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            if let Ok(target) = std::fs::read_link(fd.path()) {
+                if target.starts_with(dir) {
+                    found.push(format!("{} -> {}", fd.path().display(), target.display()));
+                }
+            }
+        }
+    }
+    found
 }
 
 /// statvfs f_bavail * f_frsize of the filesystem holding `path`.
