@@ -66,8 +66,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "SIZE", default_value = "1M", hide_default_value = true,
           value_parser = bench::parse_size_arg)]
     pub threshold: u64,
-    /// On exit, print the counters and peak resident memory (one JSON line per process
-    /// that used uswap) to stderr, or append them to FILE.
+    /// On exit, print the counters, peak resident memory and swap place (one JSON line
+    /// per process that used uswap) to stderr, or append them to FILE; on stderr, also say
+    /// where the swap goes at the start.
     #[arg(long, value_name = "FILE", num_args = 0..=1, require_equals = true)]
     pub stats: Option<Option<PathBuf>>,
     /// The program and its arguments, after `--`.

@@ -72,8 +72,9 @@ pub fn main(args: RunArgs) -> i32 {
     match b.build() {
         Ok(pool) => {
             // Each process makes its own pool in the same place: say where, when asked
-            // for figures (and always when it is compressed RAM).
-            if args.stats.is_some() {
+            // for figures on stderr (each stats line says it too), and always when it is
+            // compressed RAM.
+            if matches!(args.stats, Some(None)) {
                 eprintln!("uswap run: swap: {}", pool.swap_place());
             }
             if let Some(z) = pool.swap_zram() {

@@ -473,3 +473,38 @@ fn sigkill_under_uswap_run_leaves_nothing() {
     assert!(fs.entries().is_empty(), "left behind: {:?}", fs.entries());
     fs.free_space_returns(free);
 }
+
+/// `uswap run --stats` says where the swap goes, at the start and in each stats line;
+/// without --stats it says nothing.
+#[test]
+fn stats_say_where_the_swap_is() {
+    let dir = support::TempDir::new(&tmpdir(), "stats-place");
+    let d = dir.path().to_str().unwrap();
+    let run = |args: &[&str]| {
+        let mut cmd = Command::new(uswap_exe());
+        cmd.env("USWAP_PRELOAD", preload())
+            .env("TMPDIR", d)
+            .args(["run", "--budget", "64M"])
+            .args(args);
+        run_with_deadline(cmd, 60)
+    };
+    let out = run(&["--stats", "--", "python3", "-c", "b = bytearray(8 << 20)"]);
+    assert_ok(&out, "uswap run --stats");
+    let err = text(&out.stderr);
+    let place = format!("an unnamed file in {d}");
+    assert!(
+        err.starts_with(&format!("uswap run: swap: {place}")),
+        "{err}"
+    );
+    let line = err.lines().find(|l| l.contains("uswap_stats")).expect(&err);
+    let v: Value = serde_json::from_str(line).expect("stats line is JSON");
+    let swap = v["uswap_stats"]["swap"].as_str().unwrap_or("");
+    assert!(swap.starts_with(&place), "{line}");
+    let out = run(&["--", "true"]);
+    assert_ok(&out, "uswap run");
+    assert!(
+        out.stderr.is_empty(),
+        "noise without --stats: {}",
+        text(&out.stderr)
+    );
+}
