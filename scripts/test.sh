@@ -46,6 +46,7 @@ add_apt redis-server redis-tools openssl   # crates/uswap-remote tests: a real l
 # gdb: the engine tests' watchdog prints every thread's backtrace when a test hangs
 # (crates/uswap/tests/common); without it, kernel stacks only.
 add_apt gdb
+add_apt util-linux mount e2fsprogs # losetup, mount, mkswap, mkfs.ext4: swap place tests
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "installing Debian packages: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive

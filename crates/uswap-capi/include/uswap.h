@@ -8,7 +8,9 @@
  * -1; both set errno:
  *   EPERM   userfaultfd not permitted for this process
  *   ENOSYS  the kernel's userfaultfd lacks a needed feature
- *   EINVAL  bad budget (zero, below the minimum, above RAM), bad size, NULL argument
+ *   EINVAL  bad budget (zero, below the minimum, above RAM), bad size, NULL argument,
+ *           a swap place in RAM (tmpfs, ramfs, a RAM disk), a swap size below 2 MiB
+ *   ENOENT  no default swap place on a disk ($TMPDIR, /var/tmp, /tmp)
  *   ENOSPC  the swap file cannot back the region
  *   other   the errno of the failing system call (e.g. EACCES for the swap path)
  * and uswap_last_error() returns the message (thread-local, valid until the next
@@ -61,6 +63,7 @@ int uswap_pool_counters(const uswap_pool *pool, uswap_counters *out);
  * (larger than the budget is the point). */
 uswap_region *uswap_region_new(uswap_pool *pool, uint64_t size);
 void *uswap_region_ptr(const uswap_region *region);
+/* Length in bytes; 0 (errno EINVAL) for NULL. */
 uint64_t uswap_region_len(const uswap_region *region);
 /* Throw away [offset, offset+len) (page aligned): reads as zeros afterwards. */
 int uswap_region_discard(const uswap_region *region, uint64_t offset, uint64_t len);

@@ -95,7 +95,10 @@ pub fn errno_of(e: &Error) -> c_int {
         Error::BudgetTooSmall { .. }
         | Error::BudgetExceedsRam { .. }
         | Error::InvalidSize { .. }
-        | Error::InvalidRegionSize { .. } => libc::EINVAL,
+        | Error::InvalidRegionSize { .. }
+        | Error::SwapInRam { .. }
+        | Error::SwapSizeTooSmall { .. } => libc::EINVAL,
+        Error::NoSwapPlace { .. } => libc::ENOENT,
         Error::Sys { source, .. } => os(source),
     }
 }
@@ -180,19 +183,21 @@ pub unsafe extern "C" fn uswap_region_new(pool: *mut UswapPool, size: u64) -> *m
 #[no_mangle]
 pub unsafe extern "C" fn uswap_region_ptr(r: *const UswapRegion) -> *mut libc::c_void {
     if r.is_null() {
+        fail(libc::EINVAL, "region is NULL".into());
         return std::ptr::null_mut();
     }
     // SAFETY: the caller's contract.
     unsafe { (*r).0.as_ptr().cast() }
 }
 
-/// Length of the region in bytes.
+/// Length of the region in bytes (0 with errno EINVAL for NULL).
 ///
 /// # Safety
 /// `r` is a live region handle.
 #[no_mangle]
 pub unsafe extern "C" fn uswap_region_len(r: *const UswapRegion) -> u64 {
     if r.is_null() {
+        fail(libc::EINVAL, "region is NULL".into());
         return 0;
     }
     // SAFETY: the caller's contract.
@@ -296,4 +301,69 @@ pub unsafe extern "C" fn uswap_parse_size(s: *const c_char, out: *mut u64) -> c_
 #[no_mangle]
 pub extern "C" fn uswap_last_error() -> *const c_char {
     LAST_ERROR.with(|l| l.borrow().as_ptr())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn errno() -> c_int {
+        // SAFETY: __errno_location returns this thread's errno slot.
+        unsafe { *libc::__errno_location() }
+    }
+
+    fn last_error() -> String {
+        // SAFETY: uswap_last_error returns a NUL-terminated string owned by this thread.
+        unsafe { CStr::from_ptr(uswap_last_error()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// The header's promise: a NULL argument fails with EINVAL and a message, for every
+    /// function that takes a handle.
+    #[test]
+    fn null_handles_set_errno_einval() {
+        let null_r: *const UswapRegion = std::ptr::null();
+        let mut c = UswapCounters::default();
+        set_errno(0);
+        // SAFETY: NULL is what is being tested; no handle is dereferenced.
+        assert!(unsafe { uswap_region_ptr(null_r) }.is_null());
+        assert_eq!(errno(), libc::EINVAL, "uswap_region_ptr(NULL)");
+        assert!(last_error().contains("NULL"), "{}", last_error());
+        set_errno(0);
+        // SAFETY: as above.
+        assert_eq!(unsafe { uswap_region_len(null_r) }, 0);
+        assert_eq!(errno(), libc::EINVAL, "uswap_region_len(NULL)");
+        set_errno(0);
+        // SAFETY: as above.
+        assert_eq!(unsafe { uswap_region_discard(null_r, 0, 4096) }, -1);
+        assert_eq!(errno(), libc::EINVAL, "uswap_region_discard(NULL)");
+        set_errno(0);
+        // SAFETY: as above; `c` is a live struct.
+        assert_eq!(unsafe { uswap_region_counters(null_r, &mut c) }, -1);
+        assert_eq!(errno(), libc::EINVAL, "uswap_region_counters(NULL)");
+        set_errno(0);
+        // SAFETY: as above.
+        assert!(unsafe { uswap_region_new(std::ptr::null_mut(), 1 << 20) }.is_null());
+        assert_eq!(errno(), libc::EINVAL, "uswap_region_new(NULL)");
+        set_errno(0);
+        // SAFETY: as above.
+        assert_eq!(unsafe { uswap_pool_counters(std::ptr::null(), &mut c) }, -1);
+        assert_eq!(errno(), libc::EINVAL, "uswap_pool_counters(NULL)");
+    }
+
+    /// Errors of the swap place map to the errno the header lists.
+    #[test]
+    fn swap_place_errors_map_to_errno() {
+        let e = Error::SwapSizeTooSmall {
+            size: 0,
+            minimum: 2 << 20,
+        };
+        assert_eq!(errno_of(&e), libc::EINVAL);
+        let e = Error::SwapInRam {
+            path: "/dev/shm".into(),
+            what: "tmpfs".into(),
+        };
+        assert_eq!(errno_of(&e), libc::EINVAL);
+    }
 }

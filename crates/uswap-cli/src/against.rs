@@ -10,7 +10,8 @@
 //!
 //! Sides alternate for `--repeat N`; the report gives medians and ratios uswap/kernel.
 //! Everything set up is undone by guards (`Drop`) on success, error, child failure and
-//! SIGINT/SIGTERM/SIGHUP.
+//! SIGINT/SIGTERM/SIGHUP; and written down first (`ledger.rs`), so that after a SIGKILL
+//! the next run undoes it. Children die with the harness (PR_SET_PDEATHSIG).
 //!
 //! `run_in_cgroup` (`--cgroup-limit SIZE`) runs the bench alone in a memcg of that size
 //! with no kernel swap and says whether the OOM killer struck: the "honest budget" check.
@@ -168,10 +169,20 @@ fn spawn_in(cg: &Memcg, argv: &[OsString], capture: bool) -> Result<std::process
     if capture {
         cmd.stdout(Stdio::piped());
     }
-    // SAFETY: the hook only calls getpid(2) and write(2) on an inherited fd, both
-    // async-signal-safe, with no allocation (see cgroup::enter_from_child).
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the hook only calls prctl(2), getppid(2), _exit(2), getpid(2) and write(2)
+    // on an inherited fd, all async-signal-safe, with no allocation (see
+    // cgroup::enter_from_child).
     unsafe {
-        cmd.pre_exec(move || cgroup::enter_from_child(fd));
+        cmd.pre_exec(move || {
+            // Die with us: a SIGKILLed harness must not leave a bench running in its
+            // cgroup (the next run removes the cgroup, see ledger.rs).
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            cgroup::enter_from_child(fd)
+        });
     }
     let child = cmd
         .spawn()
@@ -579,11 +590,14 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             ))
         }
     };
+    // Before looking at the machine: undo what a killed earlier run left.
+    crate::ledger::begin(&args.command_line(), true)?;
     let on = kswap::active_swaps();
     if !on.is_empty() {
         return Err(format!(
-            "kernel swap is already on ({}): swapoff it first, so that the kernel side uses only \
-             the swap this comparison sets up and the uswap side runs with none",
+            "kernel swap is already on ({}), and not by an earlier uswap run: swapoff it first, \
+             so that the kernel side uses only the swap this comparison sets up and the uswap \
+             side runs with none",
             on.join(", ")
         ));
     }
@@ -940,6 +954,7 @@ pub fn run_in_cgroup(args: &BenchArgs) -> Result<(), String> {
         Some(l) => l,
         None => return Err("--cgroup-limit needs a size".into()),
     };
+    crate::ledger::begin(&args.command_line(), false)?;
     let on = kswap::active_swaps();
     if !on.is_empty() {
         return Err(format!(

@@ -29,16 +29,18 @@ Examples:
 
 Sizes: 4k, 256M, 2G, 1.5G, 2GiB or bytes (binary units). Durations: 500ms, 10s, 2m, 1h, or seconds.
 Throughput is in MB/s (10^6 bytes); latencies in microseconds.
-Exit status: 0 ok, 1 verification failure or runtime error, 2 bad usage.";
+Exit status: 0 ok, 1 verification failure (wrong or lost data) or runtime error, 2 bad usage.";
 
 /// The workloads, shaped like the seeds' benchmarks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Workload {
     /// T threads each write their own contiguous slice, two passes with different patterns
-    /// (vm-scalability swap-w-seq), then verify; throughput = bytes written / write time.
+    /// (vm-scalability swap-w-seq; the second checks each word before overwriting it), then
+    /// verify; throughput = bytes written / write time.
     SwapWSeq,
-    /// Populate, then T threads write random 4 KiB pages (as many as the region has, or for
-    /// --duration), then verify every page; throughput = bytes written / write time.
+    /// Populate, then T threads rewrite random 4 KiB pages, checking each first (as many as
+    /// the region has, or for --duration), then verify every page; throughput = bytes
+    /// written / write time.
     SwapWRand,
     /// Populate, then uniform random 4 KiB-page accesses (one word each) for --duration with
     /// --read-pct reads; accesses/s and latency percentiles.
@@ -452,8 +454,14 @@ pub struct BenchArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_size_arg)]
     pub cgroup_limit: Option<u64>,
 
-    /// Test hook: flip a bit of this page of the region once the data is written (before the
-    /// reads or the final verification), to check that verification fails loudly.
+    /// Test hook: every Nth read from the swap device fails (the engine retries twice,
+    /// then poisons the page: 1 loses every page that is swapped in).
+    #[arg(long, value_name = "N", hide = true)]
+    pub inject_read_errors: Option<u64>,
+
+    /// Test hook: flip a bit of word 5 of this page of the region once the data is in place
+    /// (after the populate, or swap-w-seq's first pass), to check that the next access to
+    /// the page fails loudly, before anything overwrites it.
     #[arg(long, value_name = "PAGE", hide = true)]
     pub inject_corruption: Option<u64>,
 }
@@ -586,6 +594,13 @@ impl BenchArgs {
         if let Some(s) = self.swap_size {
             b = b.swap_size(s);
         }
+        if let Some(n) = self.inject_read_errors {
+            b = b.inject_io_errors(uswap::FaultInjection {
+                fail_read_every: n,
+                fail_write_every: 0,
+                ..Default::default()
+            });
+        }
         b
     }
 
@@ -593,6 +608,12 @@ impl BenchArgs {
     pub fn check(&self) -> Result<(), String> {
         if self.size == 0 {
             return Err("--size must be greater than zero".into());
+        }
+        if let Some(s) = self.swap_size.filter(|&s| s < uswap::UNIT_SIZE as u64) {
+            return Err(format!(
+                "--swap-size {} is too small: the minimum is 2M (one 2 MiB swap unit)",
+                uswap::format_size(s)
+            ));
         }
         if self.bg_size == Some(0) {
             return Err(
@@ -622,6 +643,24 @@ impl std::fmt::Display for BenchError {
     }
 }
 
+/// The exit status for an engine error: 2 when the input was wrong (sizes, budget,
+/// swap place), 1 when the system failed (userfaultfd, a full disk, a system call).
+pub fn exit_status(e: &uswap::Error) -> i32 {
+    use uswap::Error as E;
+    match e {
+        E::UffdNotPermitted { .. } | E::UffdFeatureMissing { .. } | E::Sys { .. } => 1,
+        E::SwapFile { source, .. }
+            if matches!(
+                source.raw_os_error(),
+                Some(libc::ENOSPC | libc::EDQUOT | libc::EIO | libc::ENOMEM)
+            ) =>
+        {
+            1
+        }
+        _ => 2,
+    }
+}
+
 fn mbps(bytes: u64, d: Duration) -> Option<f64> {
     let s = d.as_secs_f64();
     (s > 0.0).then(|| bytes as f64 / 1e6 / s)
@@ -647,6 +686,24 @@ pub fn run_bench(args: &BenchArgs, show_progress: bool) -> Result<Report, BenchE
     }
     .map_err(BenchError::Engine)?;
 
+    // A page lost to a failed swap-in is SIGBUS in a workload thread: say which.
+    let names: &[&'static str] = if args.workload == Workload::Combined {
+        &["seq", "bg"]
+    } else {
+        &["main"]
+    };
+    let regions: Vec<_> = names
+        .iter()
+        .enumerate()
+        .take(sizes.len())
+        .map(|(i, &n)| (n, memory.words(i).as_ptr() as usize, memory.len(i) as usize))
+        .collect();
+    crate::lost::watch(
+        &regions,
+        &memory
+            .swap_place()
+            .unwrap_or_else(|| "kernel swap".to_string()),
+    );
     let ui = Ui::new(show_progress);
     let params = Params {
         seed: args.seed,
@@ -659,18 +716,15 @@ pub fn run_bench(args: &BenchArgs, show_progress: bool) -> Result<Report, BenchE
     let mut measure_start = first.clone();
     let mut measure_end = None;
     let words = memory.words(0);
-    // seq-read checks its data during the measured phases, the others after them.
-    let corrupt_at = if args.workload == Workload::SeqRead {
-        Mark::Start
-    } else {
-        Mark::End
-    };
     let mut mark = |m: Mark| {
         match m {
             Mark::Start => measure_start = memory.snapshot(),
             Mark::End => measure_end = Some(memory.snapshot()),
+            Mark::Written => {}
         }
-        if let (Some(page), true) = (args.inject_corruption, m == corrupt_at) {
+        // Once the data is in place: the next phase that brings the page back must
+        // catch it, before anything overwrites it.
+        if let (Some(page), Mark::Written) = (args.inject_corruption, m) {
             let pages = workloads::page_count(words);
             let w = &words[(page % pages) as usize * workloads::PAGE_WORDS + 5];
             w.fetch_xor(1 << 20, std::sync::atomic::Ordering::Relaxed);
@@ -691,6 +745,7 @@ pub fn run_bench(args: &BenchArgs, show_progress: bool) -> Result<Report, BenchE
             ))
         }
     };
+    crate::lost::unwatch();
     let last = memory.snapshot();
     let whole = last.since(&first);
     let measured = measure_end
@@ -734,6 +789,7 @@ fn build_report(
         size: args.size,
         region_bytes: memory.len(0),
         budget: args.budget,
+        swap: memory.swap_place(),
         threads: args.threads,
         unit: args.unit.name().to_string(),
         readahead: args.readahead.name().to_string(),
@@ -820,17 +876,15 @@ pub fn main(args: BenchArgs) -> i32 {
         }
         return crate::latency::main(&args);
     }
-    if args.against.is_some() {
-        return match crate::against::run(&args) {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("uswap: error: {e}");
-                1
-            }
+    if args.against.is_some() || args.cgroup_limit.is_some() {
+        let r = if args.against.is_some() {
+            crate::against::run(&args)
+        } else {
+            crate::against::run_in_cgroup(&args)
         };
-    }
-    if args.cgroup_limit.is_some() {
-        return match crate::against::run_in_cgroup(&args) {
+        // Every guard has run: strike out the record (or keep what is left, said).
+        crate::ledger::end();
+        return match r {
             Ok(()) => 0,
             Err(e) => {
                 eprintln!("uswap: error: {e}");
@@ -847,7 +901,7 @@ pub fn main(args: BenchArgs) -> i32 {
         }
         Err(BenchError::Engine(e)) => {
             eprintln!("uswap: error: {e}");
-            return 1;
+            return exit_status(&e);
         }
     };
     if let Some(m) = &report.mismatch {

@@ -4,6 +4,7 @@
 //! allocates (see [`Memcg::procs_fd`]), and dropping it kills whatever is left inside and
 //! removes the directory. Names are `uswap-bench-<pid>-<n>`.
 
+use crate::ledger::{self, Change};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::io::{AsRawFd, RawFd};
@@ -159,11 +160,13 @@ impl Memcg {
             let sub = h.root.join("cgroup.subtree_control");
             let cur = fs::read_to_string(&sub).unwrap_or_default();
             if !cur.split_whitespace().any(|w| w == "memory") {
+                ledger::note(Change::Subtree { path: sub.clone() })?;
                 write_knob(&sub, "+memory")
                     .map_err(|e| format!("enable the memory controller for children: {e}"))?;
                 enabled_subtree = Some(sub);
             }
         }
+        ledger::note(Change::Cgroup { path: path.clone() })?;
         fs::create_dir(&path).map_err(|e| format!("create cgroup {}: {e}", path.display()))?;
         let cg = Memcg {
             path,
@@ -224,15 +227,6 @@ impl Memcg {
             .map_err(|e| format!("open {}: {e}", p.display()))
     }
 
-    /// Pids now in the cgroup.
-    pub fn pids(&self) -> Vec<i32> {
-        fs::read_to_string(self.path.join("cgroup.procs"))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.trim().parse().ok())
-            .collect()
-    }
-
     /// OOM counters now.
     pub fn oom_stats(&self) -> OomStats {
         let read = |f: &str| fs::read_to_string(self.path.join(f)).unwrap_or_default();
@@ -281,27 +275,11 @@ impl Memcg {
 
     /// Kill everything left in the cgroup and remove it. Safe to call twice.
     pub fn remove(&mut self) -> Result<(), String> {
-        if !self.path.exists() {
-            return self.restore_subtree();
-        }
-        let mut last = None;
-        for attempt in 0..200 {
-            for pid in self.pids() {
-                // SAFETY: kill(2) on a pid read from our own cgroup; no memory is touched.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-            match fs::remove_dir(&self.path) {
-                Ok(()) => return self.restore_subtree(),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => return self.restore_subtree(),
-                Err(e) => last = Some(e),
-            }
-            std::thread::sleep(Duration::from_millis(if attempt < 20 { 10 } else { 50 }));
-        }
-        Err(format!(
-            "could not remove cgroup {}: {}",
-            self.path.display(),
-            last.map(|e| e.to_string()).unwrap_or_default()
-        ))
+        remove_dir(&self.path)?;
+        ledger::undone(&Change::Cgroup {
+            path: self.path.clone(),
+        });
+        self.restore_subtree()
     }
 
     fn restore_subtree(&mut self) -> Result<(), String> {
@@ -309,6 +287,7 @@ impl Memcg {
             // Only possible once no sibling of ours uses it; other cgroups may, so a failure
             // here means the controller is still wanted and is left on.
             let _ = write_knob(&sub, "-memory");
+            ledger::undone(&Change::Subtree { path: sub });
         }
         Ok(())
     }
@@ -320,6 +299,29 @@ impl Drop for Memcg {
             eprintln!("uswap: cleanup: {e}");
         }
     }
+}
+
+/// Kill everything in the cgroup at `path` and remove it (gone already: fine).
+pub fn remove_dir(path: &Path) -> Result<(), String> {
+    let mut last = None;
+    for attempt in 0..200 {
+        let pids = fs::read_to_string(path.join("cgroup.procs")).unwrap_or_default();
+        for pid in pids.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+            // SAFETY: kill(2) on a pid read from our own cgroup; no memory is touched.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        match fs::remove_dir(path) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => last = Some(e),
+        }
+        std::thread::sleep(Duration::from_millis(if attempt < 20 { 10 } else { 50 }));
+    }
+    Err(format!(
+        "could not remove cgroup {}: {}",
+        path.display(),
+        last.map(|e| e.to_string()).unwrap_or_default()
+    ))
 }
 
 /// Called in a forked child between fork and exec: write the child's pid into `fd`

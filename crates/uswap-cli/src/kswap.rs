@@ -5,6 +5,7 @@
 //! when it is dropped (swapoff, swap file removed, zram reset to its old algorithm, zswap
 //! parameters and `rotational` restored).
 
+use crate::ledger::{self, Change};
 use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::fs::{self, OpenOptions};
@@ -85,6 +86,12 @@ pub fn vmstat_delta(
         .collect()
 }
 
+/// Whether `area` is an active swap area (/proc/swaps writes spaces as `\040`).
+pub fn swap_is_on(area: &Path) -> bool {
+    let want = area.to_string_lossy().replace(' ', "\\040");
+    active_swaps().contains(&want)
+}
+
 /// Active swap areas (the lines of /proc/swaps after the header).
 pub fn active_swaps() -> Vec<String> {
     fs::read_to_string("/proc/swaps")
@@ -96,7 +103,8 @@ pub fn active_swaps() -> Vec<String> {
         .collect()
 }
 
-fn write_knob(path: &Path, value: &str) -> Result<(), String> {
+/// Write `value` to a sysfs knob.
+pub fn write_knob(path: &Path, value: &str) -> Result<(), String> {
     let mut f = OpenOptions::new()
         .write(true)
         .open(path)
@@ -132,7 +140,8 @@ fn swapon(p: &Path) -> io::Result<()> {
     Ok(())
 }
 
-fn swapoff(p: &Path) -> io::Result<()> {
+/// swapoff(2).
+pub fn swapoff(p: &Path) -> io::Result<()> {
     let c = cpath(p).map_err(io::Error::other)?;
     // SAFETY: swapoff(2) with a NUL-terminated path that lives across the call.
     let r = unsafe { libc::swapoff(c.as_ptr()) };
@@ -277,6 +286,7 @@ impl KernelSwap {
             ));
         }
         let path = dir.join(format!("uswap-bench-{}.kswap", std::process::id()));
+        ledger::note(Change::SwapFile { path: path.clone() })?;
         let f = OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -329,12 +339,20 @@ impl KernelSwap {
         let Some(sys) = self.zram_sys.clone() else {
             return Ok(());
         };
+        ledger::note(self.zram_change(&sys))?;
         write_knob(&sys.join("reset"), "1")?;
         if let Some(alg) = &self.zram_alg {
             write_knob(&sys.join("comp_algorithm"), alg)?;
         }
         write_knob(&sys.join("disksize"), &self.size.to_string())?;
         mkswap(&self.area)
+    }
+
+    fn zram_change(&self, sys: &Path) -> Change {
+        Change::Zram {
+            sys: sys.to_path_buf(),
+            old_alg: self.zram_old_alg.clone(),
+        }
     }
 
     fn enable_zswap(&mut self) -> Result<(), String> {
@@ -345,6 +363,10 @@ impl KernelSwap {
         for knob in ["compressor", "enabled"] {
             let p = dir.join(knob);
             let old = read_knob(&p)?;
+            ledger::note(Change::Knob {
+                path: p.clone(),
+                old: old.clone(),
+            })?;
             self.zswap_saved.push((p, old));
         }
         if write_knob(&dir.join("compressor"), "lz4").is_err() {
@@ -362,7 +384,12 @@ impl KernelSwap {
         if self.ssd {
             if let Some(rot) = &self.rotational {
                 if self.rotational_old.is_none() {
-                    self.rotational_old = Some(read_knob(rot)?);
+                    let old = read_knob(rot)?;
+                    ledger::note(Change::Knob {
+                        path: rot.clone(),
+                        old: old.clone(),
+                    })?;
+                    self.rotational_old = Some(old);
                 }
                 write_knob(rot, "0")?;
             }
@@ -371,6 +398,9 @@ impl KernelSwap {
             // A fresh zram for every run, so that its memory figures are this run's.
             self.init_zram()?;
         }
+        ledger::note(Change::SwapOn {
+            area: self.area.clone(),
+        })?;
         swapon(&self.area).map_err(|e| format!("swapon {}: {e}", self.area.display()))?;
         self.on = true;
         Ok(())
@@ -381,9 +411,16 @@ impl KernelSwap {
         if self.on {
             swapoff(&self.area).map_err(|e| format!("swapoff {}: {e}", self.area.display()))?;
             self.on = false;
+            ledger::undone(&Change::SwapOn {
+                area: self.area.clone(),
+            });
         }
         if let (Some(rot), Some(old)) = (&self.rotational, self.rotational_old.take()) {
             write_knob(rot, &old)?;
+            ledger::undone(&Change::Knob {
+                path: rot.clone(),
+                old,
+            });
         }
         Ok(())
     }
@@ -450,6 +487,8 @@ impl KernelSwap {
             }
         }
         if let Some(sys) = self.zram_sys.take() {
+            let change = self.zram_change(&sys);
+            let n = errs.len();
             if let Err(e) = write_knob(&sys.join("reset"), "1") {
                 errs.push(e);
             }
@@ -458,17 +497,27 @@ impl KernelSwap {
                     errs.push(e);
                 }
             }
+            if errs.len() == n {
+                ledger::undone(&change);
+            }
         }
         for (p, v) in self.zswap_saved.drain(..).rev() {
-            if let Err(e) = write_knob(&p, &v) {
-                errs.push(e);
+            match write_knob(&p, &v) {
+                Ok(()) => ledger::undone(&Change::Knob { path: p, old: v }),
+                Err(e) => errs.push(e),
             }
         }
         if self.file_created && !self.on {
             match fs::remove_file(&self.area) {
-                Ok(()) => self.file_created = false,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => self.file_created = false,
-                Err(e) => errs.push(format!("remove {}: {e}", self.area.display())),
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    errs.push(format!("remove {}: {e}", self.area.display()))
+                }
+                _ => {
+                    self.file_created = false;
+                    ledger::undone(&Change::SwapFile {
+                        path: self.area.clone(),
+                    });
+                }
             }
         }
         if errs.is_empty() {

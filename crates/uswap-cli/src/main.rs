@@ -5,6 +5,8 @@ mod bench;
 mod cgroup;
 mod kswap;
 mod latency;
+mod ledger;
+mod lost;
 mod memory;
 mod plot;
 mod report;
@@ -23,7 +25,7 @@ Examples:
   uswap run --budget 2G -- ./prog  run a program with its large memory under uswap
 
 uswap needs userfaultfd: run as root, or `sudo sysctl vm.unprivileged_userfaultfd=1`.
-Exit status: 0 ok, 1 verification failure or runtime error, 2 bad usage.";
+Exit status: 0 ok, 1 verification failure (wrong or lost data) or runtime error, 2 bad usage.";
 
 /// User-space swap: memory regions far bigger than the RAM they may use, paged by
 /// userfaultfd to a swap file under an honest resident budget.
@@ -65,8 +67,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "SIZE", default_value = "1M", hide_default_value = true,
           value_parser = bench::parse_size_arg)]
     pub threshold: u64,
-    /// On exit, print the counters and peak resident memory (one JSON line per process
-    /// that used uswap) to stderr, or append them to FILE.
+    /// On exit, print the counters, peak resident memory and swap place (one JSON line
+    /// per process that used uswap) to stderr, or append them to FILE; on stderr, also say
+    /// where the swap goes at the start.
     #[arg(long, value_name = "FILE", num_args = 0..=1, require_equals = true)]
     pub stats: Option<Option<PathBuf>>,
     /// The program and its arguments, after `--`.

@@ -14,6 +14,14 @@ fn round_up(x: usize, to: usize) -> usize {
     x.div_ceil(to) * to
 }
 
+/// What uswap says when its swap is on zram.
+pub fn zram_note(dev: &str) -> String {
+    format!(
+        "uswap: note: the swap is on {dev}, compressed RAM: what is swapped out still takes \
+         memory, compressed"
+    )
+}
+
 /// An ordinary private anonymous mapping, 2 MiB aligned, unmapped on drop.
 pub struct PlainMap {
     ptr: *mut libc::c_void,
@@ -114,6 +122,9 @@ impl Memory {
     /// A pool from `builder`, and one region of each size.
     pub fn uswap(builder: uswap::PoolBuilder, sizes: &[u64]) -> uswap::Result<Memory> {
         let pool = builder.build()?;
+        if let Some(z) = pool.swap_zram() {
+            eprintln!("{}", zram_note(&z));
+        }
         let regions = sizes
             .iter()
             .map(|&s| pool.region(s))
@@ -134,6 +145,14 @@ impl Memory {
             })
             .collect::<uswap::Result<Vec<_>>>()?;
         Ok(Memory::Plain(maps))
+    }
+
+    /// uswap: where the swap is; plain memory: None.
+    pub fn swap_place(&self) -> Option<String> {
+        match self {
+            Memory::Uswap { pool, .. } => Some(pool.swap_place()),
+            Memory::Plain(_) => None,
+        }
     }
 
     /// `uswap` or `plain`.

@@ -20,6 +20,9 @@ pub struct Report {
     pub region_bytes: u64,
     /// Resident budget, bytes (uswap's; for plain memory only what was asked).
     pub budget: u64,
+    /// uswap: where the swap is ("an unnamed file in /var/tmp (on vda)", with any default
+    /// place skipped and why); null for plain memory.
+    pub swap: Option<String>,
     /// Workload threads.
     pub threads: usize,
     /// `4k`, `2m` or `auto`.
@@ -134,6 +137,9 @@ impl Report {
             );
         }
         row("budget", uswap::format_size(self.budget));
+        if let Some(swap) = &self.swap {
+            row("swap", swap.clone());
+        }
         row("threads", self.threads.to_string());
         let measured: Vec<&str> = self
             .phases
@@ -265,6 +271,7 @@ mod tests {
             size: 1 << 20,
             region_bytes: 2 << 20,
             budget: 256 << 20,
+            swap: None,
             threads: 1,
             unit: "4k".into(),
             readahead: "vma".into(),

@@ -127,15 +127,20 @@ pub fn main(args: RunArgs) -> i32 {
         b = b.swap_file(p);
     }
     match b.build() {
-        Ok(pool) => drop(pool),
+        Ok(pool) => {
+            // Each process makes its own pool in the same place: say where, when asked
+            // for figures on stderr (each stats line says it too), and always when it is
+            // compressed RAM.
+            if matches!(args.stats, Some(None)) {
+                eprintln!("uswap run: swap: {}", pool.swap_place());
+            }
+            if let Some(z) = pool.swap_zram() {
+                eprintln!("{}", crate::memory::zram_note(&z));
+            }
+        }
         Err(e) => {
             eprintln!("uswap run: error: {e}");
-            return match e {
-                uswap::Error::UffdNotPermitted { .. } | uswap::Error::UffdFeatureMissing { .. } => {
-                    1
-                }
-                _ => 2,
-            };
+            return crate::bench::exit_status(&e);
         }
     }
     let stats = match &args.stats {

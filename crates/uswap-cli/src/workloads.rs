@@ -6,6 +6,9 @@
 //! the same code runs on a uswap region and on ordinary memory. Every 4 KiB page holds a
 //! pattern that is a function of (seed, page index, version): writers stamp it, readers
 //! check it, and a final pass checks every page against the version its owner last wrote.
+//! A writer that overwrites a page checks what the page held first ([`rewrite_page`]),
+//! so that every page brought back from swap is checked whole before anything is written
+//! over it: data lost between two writes cannot hide under the second.
 //! Random workloads give each thread a disjoint set of pages (`page % threads == thread`)
 //! so that the expected version of every page is known exactly.
 
@@ -81,6 +84,46 @@ pub fn write_page(words: &[AtomicU64], seed: u64, page: u64, version: u32) {
     for (w, x) in page_words(words, page).iter().enumerate() {
         x.store(word_value(base, w), Relaxed);
     }
+}
+
+/// Overwrite `page`, at version `old`, with version `new`, checking each word before it
+/// is overwritten. The first access writes (an atomic swap of word 0), so that a page
+/// that is not resident comes back on one write fault, dirty, as under [`write_page`],
+/// rather than on a read fault and then a write-protect fault.
+#[inline]
+pub fn rewrite_page(
+    words: &[AtomicU64],
+    seed: u64,
+    page: u64,
+    old: u32,
+    new: u32,
+) -> Result<(), Box<Mismatch>> {
+    let (was, now) = (page_base(seed, page, old), page_base(seed, page, new));
+    let ws = page_words(words, page);
+    let wrong = |w: usize, found: u64| {
+        Err(Box::new(Mismatch {
+            region: String::new(),
+            phase: String::new(),
+            page,
+            word: w,
+            offset: page * PAGE_BYTES + w as u64 * 8,
+            expected: word_value(was, w),
+            found,
+            expected_version: old,
+        }))
+    };
+    let found = ws[0].swap(word_value(now, 0), Relaxed);
+    if found != word_value(was, 0) {
+        return wrong(0, found);
+    }
+    for (w, x) in ws.iter().enumerate().skip(1) {
+        let found = x.load(Relaxed);
+        if found != word_value(was, w) {
+            return wrong(w, found);
+        }
+        x.store(word_value(now, w), Relaxed);
+    }
+    Ok(())
 }
 
 /// What a page must hold.
@@ -404,9 +447,13 @@ pub struct Params {
 /// Default duration of the timed workloads.
 pub const DEFAULT_DURATION: Duration = Duration::from_secs(10);
 
-/// Where the measured part of a workload starts and ends (to snapshot counters there).
+/// Where the measured part of a workload starts and ends (to snapshot counters there),
+/// and when its data is first in place (where a test hook may corrupt it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mark {
+    /// Every page holds data a later phase checks: after the populate, or after
+    /// swap-w-seq's first pass.
+    Written,
     /// Just before the first measured phase.
     Start,
     /// Just after the last measured phase.
@@ -488,17 +535,25 @@ fn new_histogram() -> Histogram<u64> {
 }
 
 /// vm-scalability swap-w-seq: every thread writes its contiguous slice, twice, the second
-/// pass with another pattern; then everything must read back as the second pass wrote it.
+/// pass with another pattern, checking each word the first pass wrote before overwriting
+/// it; then everything must read back as the second pass wrote it.
 pub fn swap_w_seq(words: &[AtomicU64], p: &Params, ui: &Ui, mark: &mut dyn FnMut(Mark)) -> Outcome {
     let mut out = Outcome::default();
     mark(Mark::Start);
-    for (name, version) in [("write 1", 1u32), ("write 2", 2)] {
-        out.seq(ui, (name, "main"), words, p.threads, true, |page| {
-            write_page(words, p.seed, page, version);
-            Ok(())
+    let ok = out.seq(ui, ("write 1", "main"), words, p.threads, true, |page| {
+        write_page(words, p.seed, page, 1);
+        Ok(())
+    });
+    mark(Mark::Written);
+    if ok {
+        out.seq(ui, ("write 2", "main"), words, p.threads, true, |page| {
+            rewrite_page(words, p.seed, page, 1, 2)
         });
     }
     mark(Mark::End);
+    if out.mismatch.is_some() {
+        return out;
+    }
     out.bytes = Some(2 * page_count(words) * PAGE_BYTES);
     out.seq(ui, ("verify", "main"), words, p.threads, false, |page| {
         check_page(words, p.seed, page, Expect::Page(2))
@@ -516,23 +571,24 @@ impl Owned {
     }
 }
 
-/// Random 4 KiB page writes by `threads` threads over their own pages of `words` until
-/// `len` is done; returns the versions and the number of writes.
+/// Random 4 KiB page writes by `threads` threads over their own pages of `words` (region
+/// `region`) until `len` is done, each page checked before it is overwritten; the first
+/// wrong page stops them all.
 fn random_writes(
     ui: &Ui,
-    name: &str,
+    (name, region): (&str, &str),
     words: &[AtomicU64],
     threads: usize,
     seed: u64,
     len: Len,
     stream_base: u64,
-) -> (Owned, u64, Duration) {
+) -> RandomWrites {
     let pages = page_count(words);
     let (results, elapsed) = run_phase(ui, name, len, threads, |t, ctl| {
         let n = owned_count(pages, threads, t);
         let mut versions = vec![POPULATE_VERSION; n as usize];
         if n == 0 {
-            return (versions, 0u64);
+            return (versions, 0u64, None);
         }
         let mut rng = Rng::new(seed, stream_base + t as u64);
         let target = if matches!(len, Len::Bytes(_)) {
@@ -545,21 +601,40 @@ fn random_writes(
             let k = Rng::scale(rng.next_u64(), n);
             let page = t as u64 + k * threads as u64;
             let v = &mut versions[k as usize];
+            if let Err(m) = rewrite_page(words, seed, page, *v, v.wrapping_add(1)) {
+                ctl.stop();
+                return (versions, writes, Some(m));
+            }
             *v = v.wrapping_add(1);
-            write_page(words, seed, page, *v);
             writes += 1;
             if writes & 63 == 0 {
                 ctl.add(64 * PAGE_BYTES);
             }
         }
-        (versions, writes)
+        (versions, writes, None)
     });
-    let writes = results.iter().map(|(_, w)| w).sum();
-    (
-        Owned(results.into_iter().map(|(v, _)| v).collect()),
+    let writes = results.iter().map(|(_, w, _)| w).sum();
+    let mut owned = Vec::new();
+    let mut mismatches = Vec::new();
+    for (v, _, m) in results {
+        owned.push(v);
+        mismatches.push(m);
+    }
+    RandomWrites {
+        owned: Owned(owned),
         writes,
         elapsed,
-    )
+        mismatch: first_mismatch(mismatches, region, name),
+    }
+}
+
+/// What [`random_writes`] did.
+struct RandomWrites {
+    owned: Owned,
+    writes: u64,
+    elapsed: Duration,
+    /// A page that did not hold what was last written there when it was rewritten.
+    mismatch: Option<Box<Mismatch>>,
 }
 
 /// vm-scalability swap-w-rand: populate, then random 4 KiB page writes (as many as the
@@ -574,27 +649,36 @@ pub fn swap_w_rand(
     out.populate(ui, "populate", words, p);
     let pages = page_count(words);
     let len = p.duration.map_or(Len::Bytes(pages * PAGE_BYTES), Len::Time);
+    mark(Mark::Written);
     mark(Mark::Start);
-    let (owned, writes, d) = random_writes(ui, "random write", words, p.threads, p.seed, len, 0);
-    out.record("random write", d, true);
+    let name = "random write";
+    let w = random_writes(ui, (name, "main"), words, p.threads, p.seed, len, 0);
+    out.record(name, w.elapsed, true);
     mark(Mark::End);
-    out.bytes = Some(writes * PAGE_BYTES);
-    out.accesses = Some(writes);
-    out.seq(ui, ("verify", "main"), words, p.threads, false, |page| {
-        check_page(words, p.seed, page, Expect::Page(owned.version(page)))
-    });
+    out.bytes = Some(w.writes * PAGE_BYTES);
+    out.accesses = Some(w.writes);
+    out.mismatch = w.mismatch;
+    if out.mismatch.is_none() {
+        let owned = w.owned;
+        out.seq(ui, ("verify", "main"), words, p.threads, false, |page| {
+            check_page(words, p.seed, page, Expect::Page(owned.version(page)))
+        });
+    }
     out
 }
 
 /// pmbench: populate, then uniform random accesses to one word of a 4 KiB page for the
 /// duration, `read_pct` % reads (checked against the page's current version), the rest
-/// writes (which bump it); per-access latency in a histogram; then verify every page.
+/// writes (which bump the touched word's version, checking the old value as they swap it
+/// in); per-access latency in a histogram; then verify every page. The words other than
+/// the touched one are never overwritten, so the final pass checks them as swapped in.
 pub fn pmbench(words: &[AtomicU64], p: &Params, ui: &Ui, mark: &mut dyn FnMut(Mark)) -> Outcome {
     let mut out = Outcome::default();
     out.populate(ui, "populate", words, p);
     let pages = page_count(words);
     let threads = p.threads;
     let duration = p.duration.unwrap_or(DEFAULT_DURATION);
+    mark(Mark::Written);
     mark(Mark::Start);
     let (results, d) = run_phase(ui, "pmbench", Len::Time(duration), threads, |t, ctl| {
         let n = owned_count(pages, threads, t);
@@ -612,34 +696,34 @@ pub fn pmbench(words: &[AtomicU64], p: &Params, ui: &Ui, mark: &mut dyn FnMut(Ma
             let read = rng.next_u64() % 100 < u64::from(p.read_pct);
             let v = &mut versions[k as usize];
             let tw = touched_word(page);
-            let x = &words[page as usize * PAGE_WORDS + if read { (r & 511) as usize } else { tw }];
-            if read {
-                let w = (r & 511) as usize;
-                let version = if w == tw { *v } else { POPULATE_VERSION };
-                let want = pattern_word(p.seed, page, version, w);
-                let t0 = Instant::now();
-                let found = x.load(Relaxed);
-                hist.saturating_record(t0.elapsed().as_nanos() as u64);
-                if found != want {
-                    ctl.stop();
-                    let m = Mismatch {
-                        region: String::new(),
-                        phase: String::new(),
-                        page,
-                        word: w,
-                        offset: page * PAGE_BYTES + w as u64 * 8,
-                        expected: want,
-                        found,
-                        expected_version: version,
-                    };
-                    return (versions, hist, accesses, Some(Box::new(m)));
-                }
+            let w = if read { (r & 511) as usize } else { tw };
+            let x = &words[page as usize * PAGE_WORDS + w];
+            let version = if w == tw { *v } else { POPULATE_VERSION };
+            let want = pattern_word(p.seed, page, version, w);
+            let t0 = Instant::now();
+            let found = if read {
+                x.load(Relaxed)
             } else {
+                // The write returns what it overwrote: checked like a read.
+                x.swap(pattern_word(p.seed, page, v.wrapping_add(1), tw), Relaxed)
+            };
+            hist.saturating_record(t0.elapsed().as_nanos() as u64);
+            if found != want {
+                ctl.stop();
+                let m = Mismatch {
+                    region: String::new(),
+                    phase: String::new(),
+                    page,
+                    word: w,
+                    offset: page * PAGE_BYTES + w as u64 * 8,
+                    expected: want,
+                    found,
+                    expected_version: version,
+                };
+                return (versions, hist, accesses, Some(Box::new(m)));
+            }
+            if !read {
                 *v = v.wrapping_add(1);
-                let value = pattern_word(p.seed, page, *v, tw);
-                let t0 = Instant::now();
-                x.store(value, Relaxed);
-                hist.saturating_record(t0.elapsed().as_nanos() as u64);
             }
             accesses += 1;
         }
@@ -674,6 +758,7 @@ pub fn pmbench(words: &[AtomicU64], p: &Params, ui: &Ui, mark: &mut dyn FnMut(Ma
 pub fn seq_read(words: &[AtomicU64], p: &Params, ui: &Ui, mark: &mut dyn FnMut(Mark)) -> Outcome {
     let mut out = Outcome::default();
     out.populate(ui, "populate", words, p);
+    mark(Mark::Written);
     mark(Mark::Start);
     for name in ["read 1", "read 2"] {
         let ok = out.seq(ui, (name, "main"), words, p.threads, true, |page| {
@@ -700,12 +785,14 @@ enum CombinedWorker {
     Bg {
         versions: Vec<u32>,
         writes: u64,
+        mismatch: Option<Box<Mismatch>>,
     },
 }
 
 /// Seed 004's test: `threads` threads read-verify then rewrite each page of their slice of
 /// `seq` in order, pass after pass (every page with the next version), while `bg_threads`
-/// threads write random pages of `bg`; for the duration. Then verify both regions.
+/// threads rewrite random pages of `bg` (checking each before overwriting it); for the
+/// duration. Then verify both regions.
 pub fn combined(
     seq: &[AtomicU64],
     bg: Option<&[AtomicU64]>,
@@ -723,6 +810,7 @@ pub fn combined(
     let (seq_pages, bg_pages) = (page_count(seq), page_count(bg));
     let threads = p.threads;
     let duration = p.duration.unwrap_or(DEFAULT_DURATION);
+    mark(Mark::Written);
     mark(Mark::Start);
     let (results, d) = run_phase(
         ui,
@@ -736,15 +824,24 @@ pub fn combined(
                 let mut versions = vec![POPULATE_VERSION; n as usize];
                 let mut writes = 0;
                 let mut rng = Rng::new(p.seed, 2000 + b as u64);
+                let mut mismatch = None;
                 while n > 0 && !ctl.stopped() {
                     let k = Rng::scale(rng.next_u64(), n);
                     let page = b as u64 + k * bg_threads as u64;
                     let v = &mut versions[k as usize];
+                    if let Err(m) = rewrite_page(bg, p.seed, page, *v, v.wrapping_add(1)) {
+                        ctl.stop();
+                        mismatch = Some(m);
+                        break;
+                    }
                     *v = v.wrapping_add(1);
-                    write_page(bg, p.seed, page, *v);
                     writes += 1;
                 }
-                return CombinedWorker::Bg { versions, writes };
+                return CombinedWorker::Bg {
+                    versions,
+                    writes,
+                    mismatch,
+                };
             }
             let slice = slice_of(seq_pages, threads, t);
             let mut hist = new_histogram();
@@ -796,6 +893,7 @@ pub fn combined(
     let mut bg_owned = Vec::new();
     let mut bg_writes = 0;
     let mut mismatches = Vec::new();
+    let mut bg_mismatches = Vec::new();
     for r in results {
         match r {
             CombinedWorker::Seq {
@@ -809,9 +907,14 @@ pub fn combined(
                 mismatches.push(mismatch);
                 seq_state.push((slice, version, pos));
             }
-            CombinedWorker::Bg { versions, writes } => {
+            CombinedWorker::Bg {
+                versions,
+                writes,
+                mismatch,
+            } => {
                 bg_owned.push(versions);
                 bg_writes += writes;
+                bg_mismatches.push(mismatch);
             }
         }
     }
@@ -820,7 +923,8 @@ pub fn combined(
     out.accesses = Some(pages_done);
     out.latency = Some(hist);
     out.bg_accesses = Some(bg_writes);
-    out.mismatch = first_mismatch(mismatches, "seq", "combined");
+    out.mismatch = first_mismatch(mismatches, "seq", "combined")
+        .or_else(|| first_mismatch(bg_mismatches, "bg", "combined"));
     if out.mismatch.is_some() {
         return out;
     }
@@ -929,7 +1033,7 @@ mod tests {
             let mut marks = Vec::new();
             let out = swap_w_seq(&w, &p, &ui, &mut |m| marks.push(m));
             assert!(out.mismatch.is_none(), "{:?}", out.mismatch);
-            assert_eq!(marks, [Mark::Start, Mark::End]);
+            assert_eq!(marks, [Mark::Start, Mark::Written, Mark::End]);
             assert_eq!(out.bytes, Some(2 * 300 * PAGE_BYTES));
             let p = Params {
                 duration: None,
@@ -952,6 +1056,97 @@ mod tests {
             assert!(out.mismatch.is_none(), "{:?}", out.mismatch);
             assert!(out.accesses.unwrap() > 0 && out.bg_accesses.unwrap() > 0);
         }
+    }
+
+    /// Data that comes back wrong is caught by the access that brings it back, in every
+    /// workload, before anything overwrites it (swap-w-seq's second pass, swap-w-rand's
+    /// and combined's background writes, pmbench's writes overwrote it unchecked, and
+    /// the final verification then passed).
+    #[test]
+    fn wrong_data_is_caught_where_it_comes_back_not_overwritten() {
+        let ui = Ui::new(false);
+        let p = Params {
+            read_pct: 0,
+            ..params(2)
+        };
+        let flip = |region: &[AtomicU64], page: u64, word: usize| {
+            region[page as usize * PAGE_WORDS + word].fetch_xor(1 << 20, Relaxed);
+        };
+        let caught = |out: Outcome, region: &str, phase: &str, word: usize| {
+            let m = out
+                .mismatch
+                .unwrap_or_else(|| panic!("{phase}: not caught"));
+            assert_eq!(
+                (m.region.as_str(), m.phase.as_str(), m.page, m.word),
+                (region, phase, 3, word),
+                "{m}"
+            );
+        };
+        let w = words(64);
+        let at_written = |word: usize| {
+            let w = &w;
+            move |m: Mark| {
+                if m == Mark::Written {
+                    flip(w, 3, word)
+                }
+            }
+        };
+        caught(
+            swap_w_seq(&w, &p, &ui, &mut at_written(5)),
+            "main",
+            "write 2",
+            5,
+        );
+        caught(
+            swap_w_rand(&w, &p, &ui, &mut at_written(5)),
+            "main",
+            "random write",
+            5,
+        );
+        caught(
+            seq_read(&w, &p, &ui, &mut at_written(5)),
+            "main",
+            "read 1",
+            5,
+        );
+        // pmbench writes one word of a page: the touched word.
+        let tw = touched_word(3);
+        caught(
+            pmbench(&w, &p, &ui, &mut at_written(tw)),
+            "main",
+            "pmbench",
+            tw,
+        );
+        let bg = words(16);
+        let out = combined(&w, Some(&bg), &p, &ui, &mut |m| {
+            if m == Mark::Written {
+                flip(&bg, 3, 5)
+            }
+        });
+        caught(out, "bg", "combined", 5);
+        caught(
+            combined(&w, None, &p, &ui, &mut at_written(5)),
+            "seq",
+            "combined",
+            5,
+        );
+    }
+
+    /// A page checked as it is rewritten: the right data passes and is replaced; the
+    /// first wrong word is reported with the version expected there.
+    #[test]
+    fn rewrite_page_checks_then_writes() {
+        let w = words(2);
+        write_page(&w, 9, 1, 4);
+        assert!(rewrite_page(&w, 9, 1, 4, 5).is_ok());
+        assert!(check_page(&w, 9, 1, Expect::Page(5)).is_ok());
+        let m = rewrite_page(&w, 9, 1, 4, 6).unwrap_err();
+        assert_eq!((m.page, m.word, m.expected_version), (1, 0, 4));
+        write_page(&w, 9, 1, 4);
+        w[PAGE_WORDS + 300].fetch_xor(1, Relaxed);
+        let m = rewrite_page(&w, 9, 1, 4, 5).unwrap_err();
+        assert_eq!((m.word, m.offset), (300, PAGE_BYTES + 300 * 8));
+        assert_eq!(m.found ^ m.expected, 1);
     }
 
     #[test]

@@ -1,50 +1,50 @@
 //! The `uswap bench --against` harness and `--cgroup-limit`, run for real: both sides run and
-//! verify their data, the kernel side really swaps, and no swap area, cgroup or swap file is
-//! left behind, also after an injected failure and after SIGTERM.
+//! verify their data, the kernel side really swaps, and no swap area, cgroup, swap file,
+//! zram or zswap setting is left behind: after an injected failure, after SIGTERM, and
+//! after SIGKILL (the next run recognises the killed run's leftovers and undoes them).
 //!
-//! Needs root and no swap on at the start; otherwise each test says why and passes.
+//! Needs root, and no kernel swap on at the start: a test that cannot run here fails and
+//! says why. Each holds the machine-wide lock (tests/support) and, when it fails, puts
+//! back whatever was left ([`Machine`]'s drop).
+
+#[path = "../../uswap/tests/support/mod.rs"]
+mod support;
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
-use std::sync::Mutex;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-/// One comparison at a time: each turns kernel swap on and off.
+/// One comparison at a time in this process (the machine lock is a no-op when the whole
+/// suite runs under it): each turns kernel swap on and off.
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_uswap")
 }
 
-fn skip_reason() -> Option<String> {
-    // SAFETY: geteuid(2) has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root (needs root to create cgroups and enable swap)".into());
-    }
-    let swaps = std::fs::read_to_string("/proc/swaps").unwrap_or_default();
-    if swaps.lines().skip(1).any(|l| !l.trim().is_empty()) {
-        return Some(format!("kernel swap is already on:\n{swaps}"));
-    }
-    None
+const ZSWAP: &str = "/sys/module/zswap/parameters";
+const ZRAM0: &str = "/sys/block/zram0";
+const STATE_DIR: &str = "/run/uswap";
+
+fn knob(p: &str) -> String {
+    std::fs::read_to_string(p)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
 }
 
-macro_rules! need_root_no_swap {
-    () => {
-        if let Some(why) = skip_reason() {
-            eprintln!("skipped: {why}");
-            return;
-        }
-    };
-}
-
-/// Everything that could be left behind: swap areas, our cgroups, kernel swap files.
-#[derive(Debug, PartialEq, Eq)]
+/// Everything that could be left behind: swap areas, our cgroups, kernel swap files,
+/// run records, zswap's settings, zram0's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Leftovers {
     swaps: Vec<String>,
     cgroups: Vec<PathBuf>,
     files: Vec<PathBuf>,
+    records: Vec<PathBuf>,
+    zswap: (String, String),
+    zram0: (String, String),
 }
 
 fn list(dir: &str, pred: impl Fn(&str) -> bool) -> Vec<PathBuf> {
@@ -88,13 +88,98 @@ fn leftovers() -> Leftovers {
         swaps,
         cgroups,
         files,
+        records: list(STATE_DIR, |n| n.starts_with("bench-")),
+        zswap: (
+            knob(&format!("{ZSWAP}/enabled")),
+            knob(&format!("{ZSWAP}/compressor")),
+        ),
+        zram0: (
+            knob(&format!("{ZRAM0}/initstate")),
+            knob(&format!("{ZRAM0}/comp_algorithm")),
+        ),
     }
 }
 
 fn zram_in_use() -> bool {
-    std::fs::read_to_string("/sys/block/zram0/initstate")
-        .map(|s| s.trim() != "0")
-        .unwrap_or(false)
+    knob(&format!("{ZRAM0}/initstate")) == "1"
+}
+
+/// The machine for one test: root, the locks, no kernel swap on, and what it looked like
+/// at the start. Dropped (also when the test fails), it kills the runs the test started
+/// and puts back whatever they left.
+struct Machine {
+    before: Leftovers,
+    children: Vec<Child>,
+    _serial: MutexGuard<'static, ()>,
+    _lock: support::MachineLock,
+}
+
+fn machine() -> Machine {
+    support::need_root("uswap bench --against and --cgroup-limit (cgroups, swapon)");
+    let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let lock = support::machine_lock();
+    let before = leftovers();
+    assert!(
+        before.swaps.is_empty(),
+        "kernel swap is already on, so this test cannot check what the comparison sets up \
+         and undoes; swapoff it first:\n{:?}",
+        before.swaps
+    );
+    assert!(
+        before.cgroups.is_empty() && before.files.is_empty() && before.records.is_empty(),
+        "leftovers of an earlier run before the test: {before:?}"
+    );
+    Machine {
+        before,
+        children: Vec::new(),
+        _serial: serial,
+        _lock: lock,
+    }
+}
+
+impl Machine {
+    fn before(&self) -> Leftovers {
+        self.before.clone()
+    }
+}
+
+impl Drop for Machine {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let now = leftovers();
+        if now == self.before {
+            return;
+        }
+        eprintln!("putting back what was left: {now:?}");
+        for c in &now.cgroups {
+            for _ in 0..100 {
+                let procs = std::fs::read_to_string(c.join("cgroup.procs")).unwrap_or_default();
+                for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                    // SAFETY: kill(2) on a pid in a cgroup this test's run created.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+                if std::fs::remove_dir(c).is_ok() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        for line in &now.swaps {
+            let area = line.split_whitespace().next().unwrap_or("");
+            let _ = Command::new("swapoff").arg(area).status();
+        }
+        let _ = std::fs::write(format!("{ZSWAP}/enabled"), &self.before.zswap.0);
+        let _ = std::fs::write(format!("{ZSWAP}/compressor"), &self.before.zswap.1);
+        if self.before.zram0.0 == "0" && zram_in_use() {
+            let _ = std::fs::write(format!("{ZRAM0}/reset"), "1");
+        }
+        for f in now.files.iter().chain(&now.records) {
+            let _ = std::fs::remove_file(f);
+        }
+    }
 }
 
 fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
@@ -195,9 +280,8 @@ fn check_both_sides(j: &Value) {
 
 #[test]
 fn swap_w_seq_against_kernel_runs_both_sides_and_cleans_up() {
-    need_root_no_swap!();
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let before = leftovers();
+    let m = machine();
+    let before = m.before();
     let out = run_against("swap-w-seq", "kernel", "256M", "64M", &[], &[]);
     let (j, _) = ok_json(&out);
     check_both_sides(&j);
@@ -212,9 +296,8 @@ fn swap_w_seq_against_kernel_runs_both_sides_and_cleans_up() {
 
 #[test]
 fn pmbench_against_kernel_with_plot() {
-    need_root_no_swap!();
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let before = leftovers();
+    let m = machine();
+    let before = m.before();
     let plot = std::env::temp_dir().join(format!("uswap-against-test-{}.png", std::process::id()));
     let out = run_against(
         "pmbench",
@@ -241,13 +324,15 @@ fn pmbench_against_kernel_with_plot() {
 
 #[test]
 fn zram_against_cleans_up_zram() {
-    need_root_no_swap!();
-    if zram_in_use() || !std::path::Path::new("/sys/block/zram0").exists() {
-        eprintln!("skipped: /dev/zram0 missing or in use");
-        return;
+    let m = machine();
+    if !Path::new(ZRAM0).exists() {
+        let _ = Command::new("modprobe").arg("zram").status();
     }
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let before = leftovers();
+    assert!(
+        Path::new(ZRAM0).exists() && !zram_in_use(),
+        "this test needs /dev/zram0, not in use (modprobe zram)"
+    );
+    let before = m.before();
     let alg = std::fs::read_to_string("/sys/block/zram0/comp_algorithm").unwrap();
     let out = run_against(
         "swap-w-seq",
@@ -274,9 +359,8 @@ fn zram_against_cleans_up_zram() {
 
 #[test]
 fn injected_uswap_failure_fails_clearly_and_cleans_up() {
-    need_root_no_swap!();
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let before = leftovers();
+    let m = machine();
+    let before = m.before();
     let out = run_against(
         "swap-w-seq",
         "kernel",
@@ -305,9 +389,8 @@ fn injected_uswap_failure_fails_clearly_and_cleans_up() {
 /// and the kernel side was OOM-killed with a full swap).
 #[test]
 fn combined_against_kernel_sizes_swap_for_both_regions() {
-    need_root_no_swap!();
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let before = leftovers();
+    let m = machine();
+    let before = m.before();
     let out = run_against(
         "combined",
         "kernel",
@@ -326,9 +409,8 @@ fn combined_against_kernel_sizes_swap_for_both_regions() {
 /// the medians, the uswap side still measured, nothing left behind.
 #[test]
 fn kernel_oom_kill_is_counted_not_fatal() {
-    need_root_no_swap!();
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let before = leftovers();
+    let m = machine();
+    let before = m.before();
     let plot = std::env::temp_dir()
         .join(format!("uswap-against-oom-{}.png", std::process::id()))
         .display()
@@ -368,9 +450,8 @@ fn kernel_oom_kill_is_counted_not_fatal() {
 
 #[test]
 fn sigterm_mid_run_cleans_up() {
-    need_root_no_swap!();
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let before = leftovers();
+    let m = machine();
+    let before = m.before();
     let mut child = Command::new(bin())
         .args(against_args(
             "pmbench",
@@ -421,9 +502,8 @@ fn sigterm_mid_run_cleans_up() {
 
 #[test]
 fn cgroup_limit_reports_oom_and_passes_output_through() {
-    need_root_no_swap!();
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let before = leftovers();
+    let m = machine();
+    let before = m.before();
     // Plain memory well inside the limit: fine, and the JSON comes through unchanged.
     let ok = run(
         &[
@@ -465,4 +545,233 @@ fn cgroup_limit_reports_oom_and_passes_output_through() {
     assert!(!oom.status.success(), "must fail:\n{err}");
     assert!(err.contains("OOM-killed"), "no clear OOM message:\n{err}");
     assert_eq!(leftovers(), before, "something was left behind");
+}
+
+/// Start `uswap ARGS` with stderr read line by line; return once a line contains `ready`
+/// and `then()` holds (polled), with the child and what it printed.
+fn start_until<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(
+    m: &mut Machine,
+    args: &[S],
+    env: &[(&str, &str)],
+    ready: &str,
+    then: impl Fn() -> bool,
+) -> (u32, String) {
+    let mut c = Command::new(bin());
+    c.args(args)
+        .env("USWAP_BENCH_TIMEOUT", "240")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let mut child = c.spawn().expect("start uswap");
+    let err = child.stderr.take().unwrap();
+    let pid = child.id();
+    m.children.push(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = String::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut found = false;
+    while Instant::now() < deadline {
+        while let Ok(l) = rx.try_recv() {
+            found |= l.contains(ready);
+            seen.push_str(&l);
+            seen.push('\n');
+        }
+        if found && then() {
+            return (pid, seen);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{args:?}: not ready ({ready:?}) within 120 s:\n{seen}");
+}
+
+/// SIGKILL the run `pid` (a child of this test); wait until it is gone and nothing is
+/// left running in its cgroups (its children die with it: PR_SET_PDEATHSIG).
+fn sigkill(m: &mut Machine, pid: u32) {
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    if let Some(c) = m.children.iter_mut().find(|c| c.id() == pid) {
+        let _ = c.wait();
+    }
+    let t0 = Instant::now();
+    loop {
+        let busy: Vec<PathBuf> = leftovers()
+            .cgroups
+            .into_iter()
+            .filter(|c| {
+                !std::fs::read_to_string(c.join("cgroup.procs"))
+                    .unwrap_or_default()
+                    .trim()
+                    .is_empty()
+            })
+            .collect();
+        if busy.is_empty() {
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the killed run's bench child still runs in {busy:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// SIGKILL mid-comparison (kernel side running: swap on, zswap or zram set up, a memcg)
+/// leaves all that behind (no guard runs); the next comparison recognises it as its own
+/// (the killed run's record in /run/uswap), undoes it, says so, and runs. At the end the
+/// machine is as before: no swap, no cgroup, zswap and zram as they were, no files.
+fn sigkill_then_next_run_cleans_up(against: &str) {
+    let mut m = machine();
+    let before = m.before();
+    let (pid, seen) = start_until(
+        &mut m,
+        &against_args("pmbench", against, "128M", "64M", &["--duration", "120s"]),
+        &[("USWAP_BENCH_SIDES", "kernel")],
+        "kernel side ...",
+        || {
+            let l = leftovers();
+            !l.swaps.is_empty() && !l.cgroups.is_empty()
+        },
+    );
+    sigkill(&mut m, pid);
+    let left = leftovers();
+    assert!(
+        !left.swaps.is_empty() && !left.cgroups.is_empty(),
+        "nothing left to clean after SIGKILL?\n{seen}{left:?}"
+    );
+    let record = Path::new(STATE_DIR).join(format!("bench-{pid}.json"));
+    assert!(
+        left.records.contains(&record),
+        "no record {}: {left:?}",
+        record.display()
+    );
+    let out = run_against(
+        "swap-w-seq",
+        against,
+        "64M",
+        "32M",
+        &[],
+        &[("USWAP_BENCH_SIDES", "kernel")],
+    );
+    let (_, err) = ok_json(&out);
+    assert!(
+        err.contains(&format!(
+            "cleaned up after an earlier run that did not finish (pid {pid}"
+        )) && err.contains("swapoff"),
+        "the cleanup was not said:\n{err}"
+    );
+    assert_eq!(leftovers(), before, "something was left behind");
+}
+
+#[test]
+fn sigkill_of_against_zswap_is_cleaned_up_by_the_next_run() {
+    sigkill_then_next_run_cleans_up("zswap");
+}
+
+#[test]
+fn sigkill_of_against_zram_is_cleaned_up_by_the_next_run() {
+    if !Path::new(ZRAM0).exists() {
+        let _ = Command::new("modprobe").arg("zram").status();
+    }
+    sigkill_then_next_run_cleans_up("zram");
+}
+
+/// A comparison that is alive is not touched: a second one refuses, naming its pid, and
+/// the first finishes undisturbed (here: stopped with SIGTERM, which cleans up).
+#[test]
+fn a_second_comparison_refuses_while_one_runs() {
+    let mut m = machine();
+    let before = m.before();
+    let (pid, _) = start_until(
+        &mut m,
+        &against_args("pmbench", "kernel", "128M", "64M", &["--duration", "120s"]),
+        &[("USWAP_BENCH_SIDES", "kernel")],
+        "kernel side ...",
+        || !leftovers().swaps.is_empty(),
+    );
+    let out = run_against("swap-w-seq", "kernel", "64M", "32M", &[], &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("is going on (pid {pid}")),
+        "does not name the running one:\n{err}"
+    );
+    assert!(
+        !leftovers().swaps.is_empty(),
+        "the running comparison was disturbed"
+    );
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    for c in &mut m.children {
+        let _ = c.wait();
+    }
+    assert_eq!(leftovers(), before, "something was left behind");
+}
+
+/// The same for `--cgroup-limit`: SIGKILL leaves the memcg (its bench child dies with
+/// it); the next run removes it. The killed bench's swap file (uswap memory, on a
+/// filesystem of its own) is gone with it: no name, no space.
+#[test]
+fn sigkill_of_cgroup_limit_is_cleaned_up_by_the_next_run() {
+    let mut m = machine();
+    let before = m.before();
+    let fs = support::Mount::ext4(Path::new(env!("CARGO_TARGET_TMPDIR")), "cg-kill", 256);
+    let free = fs.free_bytes();
+    let dir = fs.path().to_str().unwrap().to_string();
+    let (pid, seen) = start_until(
+        &mut m,
+        &[
+            "bench",
+            "pmbench",
+            "--size",
+            "96M",
+            "--budget",
+            "16M",
+            "--duration",
+            "120s",
+            "--swap-file",
+            &dir,
+            "--cgroup-limit",
+            "128M",
+        ],
+        &[],
+        "running in memcg",
+        || support::free_bytes(fs.path()) + (32 << 20) < free,
+    );
+    sigkill(&mut m, pid);
+    assert!(!leftovers().cgroups.is_empty(), "no cgroup left?\n{seen}");
+    let out = run(
+        &[
+            "bench",
+            "swap-w-seq",
+            "--memory",
+            "plain",
+            "--size",
+            "16M",
+            "--cgroup-limit",
+            "256M",
+        ],
+        &[],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("(pid {pid}")) && err.contains("removed cgroup"),
+        "the cleanup was not said:\n{err}"
+    );
+    assert_eq!(leftovers(), before, "something was left behind");
+    assert!(fs.entries().is_empty(), "{:?}", fs.entries());
+    assert_eq!(
+        fs.free_bytes(),
+        free,
+        "the killed bench's swap space was not freed"
+    );
 }

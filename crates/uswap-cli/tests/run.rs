@@ -8,6 +8,9 @@
 //! `uswap` binary where `uswap run` looks for it. The C programs are compiled with `cc`
 //! into CARGO_TARGET_TMPDIR. Needs userfaultfd (root or vm.unprivileged_userfaultfd=1).
 
+#[path = "../../uswap/tests/support/mod.rs"]
+mod support;
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -682,4 +685,146 @@ fn stress_program_under_a_tiny_budget() {
         eprintln!("--unit {unit}: {}", o.trim());
         check_stats(&stats, 16 * MIB, 3);
     }
+}
+/// Several processes (and a parent with its forked child) given the same new
+/// `--swap-file` path: each runs under uswap (before, one saw the other's file between
+/// create and unlink: "File exists", and ran without uswap), and nothing is left in the
+/// directory.
+#[test]
+fn processes_given_the_same_new_swap_path_all_use_uswap() {
+    let dir = tmpdir().join(format!("same-path-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("swap");
+    let path_s = path.to_str().unwrap();
+    let mal = cprog("mal");
+    let fork = cprog("fork");
+    let script = format!(
+        "for i in 1 2 3 4; do {m} > /dev/null & done; {f}; wait",
+        m = mal.display(),
+        f = fork.display()
+    );
+    let (out, stats) = under_uswap("48M", &["--swap-file", path_s], &["sh", "-c", &script]);
+    assert_ok(&out, "under uswap");
+    let err = text(&out.stderr);
+    assert!(
+        !err.contains("without"),
+        "a process ran without uswap:\n{err}"
+    );
+    let o = text(&out.stdout);
+    assert!(o.contains("child ok") && o.contains("fork ok"), "{o}");
+    // 4 x mal and the fork parent (its child leaves by _exit: no stats line, but it
+    // verified its data in its own swap file: "child ok").
+    let active = stats.iter().filter(|s| s["active"] == true).count();
+    assert_eq!(active, 5, "only {active} processes used uswap: {stats:?}");
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    std::fs::remove_dir(&dir).unwrap();
+}
+
+/// SIGKILL of a program under `uswap run`, and of the child it forked, mid-run: no swap
+/// file name, no space, no open descriptor is left on the swap filesystem (a filesystem
+/// of its own here), since every swap file is unnamed.
+#[test]
+fn sigkill_under_uswap_run_leaves_nothing() {
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    let fs = support::Mount::ext4(Path::new(env!("CARGO_TARGET_TMPDIR")), "run-kill", 1024);
+    let free = fs.free_bytes();
+    // Parent and child each touch 96 MiB under a 16 MiB budget, say so, and wait.
+    let script = "import os, sys, time\n\
+        b = bytearray(96 << 20)\n\
+        for i in range(0, len(b), 4096): b[i] = 1\n\
+        pid = os.fork()\n\
+        c = bytearray(96 << 20)\n\
+        for i in range(0, len(c), 4096): c[i] = 2\n\
+        print('ready', os.getpid(), flush=True)\n\
+        time.sleep(300)\n";
+    let mut child = Command::new(uswap_exe())
+        .env("USWAP_PRELOAD", preload())
+        .args(["run", "--budget", "16M", "--swap-file"])
+        .arg(fs.path())
+        .args(["--", "python3", "-c", script])
+        .process_group(0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start uswap run");
+    let pgid = child.id() as i32;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let out = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let mut ready = 0;
+    let t0 = Instant::now();
+    while ready < 2 {
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(l) if l.starts_with("ready") => ready += 1,
+            _ => {}
+        }
+        if t0.elapsed() > Duration::from_secs(120) || child.try_wait().unwrap().is_some() {
+            // SAFETY: kill(2) on the process group this test started.
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+            let o = child.wait_with_output().unwrap();
+            panic!("not ready: {}", text(&o.stderr));
+        }
+    }
+    assert!(
+        fs.free_bytes() + (96 << 20) < free,
+        "the swap files did not grow"
+    );
+    let err = child.stderr.take().unwrap();
+    // SAFETY: kill(2) on the process group this test started.
+    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    child.wait().unwrap();
+    // The forked child is reaped by init; wait for its descriptors to close.
+    let t0 = Instant::now();
+    while !support::fds_into(fs.path()).is_empty() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let fds = support::fds_into(fs.path());
+    assert!(fds.is_empty(), "{fds:?}");
+    let mut msg = String::new();
+    let _ = std::io::Read::read_to_string(&mut { err }, &mut msg);
+    assert!(!msg.contains("without"), "ran without uswap: {msg}");
+    assert!(fs.entries().is_empty(), "left behind: {:?}", fs.entries());
+    fs.free_space_returns(free);
+}
+
+/// `uswap run --stats` says where the swap goes, at the start and in each stats line;
+/// without --stats it says nothing.
+#[test]
+fn stats_say_where_the_swap_is() {
+    let dir = support::TempDir::new(&tmpdir(), "stats-place");
+    let d = dir.path().to_str().unwrap();
+    let run = |args: &[&str]| {
+        let mut cmd = Command::new(uswap_exe());
+        cmd.env("USWAP_PRELOAD", preload())
+            .env("TMPDIR", d)
+            .args(["run", "--budget", "64M"])
+            .args(args);
+        run_with_deadline(cmd, 60)
+    };
+    let out = run(&["--stats", "--", "python3", "-c", "b = bytearray(8 << 20)"]);
+    assert_ok(&out, "uswap run --stats");
+    let err = text(&out.stderr);
+    let place = format!("an unnamed file in {d}");
+    assert!(
+        err.starts_with(&format!("uswap run: swap: {place}")),
+        "{err}"
+    );
+    let line = err.lines().find(|l| l.contains("uswap_stats")).expect(&err);
+    let v: Value = serde_json::from_str(line).expect("stats line is JSON");
+    let swap = v["uswap_stats"]["swap"].as_str().unwrap_or("");
+    assert!(swap.starts_with(&place), "{line}");
+    let out = run(&["--", "true"]);
+    assert_ok(&out, "uswap run");
+    assert!(
+        out.stderr.is_empty(),
+        "noise without --stats: {}",
+        text(&out.stderr)
+    );
 }

@@ -512,6 +512,7 @@ extern "C" fn print_stats() {
             "budget": cfg.budget,
             "threshold": cfg.threshold,
             "active": pool.is_some(),
+            "swap": pool.map(|p| p.swap_place()),
             "regions_created": table::REGIONS_CREATED.load(Relaxed),
             "malloc_blocks": table::MALLOC_BLOCKS.load(Relaxed),
             "mmap_regions": table::MMAP_REGIONS.load(Relaxed),

@@ -66,11 +66,12 @@ fn kind_of(e: &uswap::Error) -> usize {
     match e {
         UffdNotPermitted { .. } => 0,
         UffdFeatureMissing { .. } => 1,
-        SwapFile { .. } => 2,
+        // A swap place refused (in RAM, none found) is a swap-file error too.
+        SwapFile { .. } | SwapInRam { .. } | NoSwapPlace { .. } => 2,
         SwapFull { .. } => 3,
         BudgetTooSmall { .. } => 4,
         BudgetExceedsRam { .. } => 5,
-        InvalidSize { .. } => 6,
+        InvalidSize { .. } | SwapSizeTooSmall { .. } => 6,
         InvalidRegionSize { .. } => 7,
         Sys { .. } => 8,
     }

@@ -34,6 +34,35 @@ pub enum Error {
         /// A hint for the user (may be empty).
         hint: String,
     },
+    /// The swap place keeps its data in RAM (tmpfs, ramfs, a RAM disk): swapping there
+    /// frees no memory.
+    #[error(
+        "cannot use {path} for swap: it is on {what}, which keeps its data in RAM, so swapping \
+         there frees no memory; give --swap-file a directory on a disk (e.g. /var/tmp)"
+    )]
+    SwapInRam {
+        /// The path given.
+        path: PathBuf,
+        /// What holds it ("tmpfs", "ramfs", "the RAM disk ram0", ...).
+        what: String,
+    },
+    /// No default place ($TMPDIR, /var/tmp, /tmp) can hold the swap file.
+    #[error("no place for the swap file: {tried}; give --swap-file a directory on a disk")]
+    NoSwapPlace {
+        /// Each place tried and why it was not used.
+        tried: String,
+    },
+    /// A fixed swap size below one 2 MiB unit.
+    #[error(
+        "swap size of {size} bytes is too small: the minimum is {minimum} bytes (one 2 MiB swap \
+         unit)"
+    )]
+    SwapSizeTooSmall {
+        /// Size given.
+        size: u64,
+        /// The smallest size that works.
+        minimum: u64,
+    },
     /// The swap file cannot hold what the pool has been asked to back.
     #[error(
         "swap space exhausted: a region of {requested} bytes needs {needed} bytes of swap, but the \

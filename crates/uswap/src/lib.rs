@@ -49,6 +49,8 @@ pub use pool::{
 pub use region::{Region, RegionOptions};
 pub use size::{format_size, parse_size};
 pub use stats::Counters;
+/// The file tier's swap file or device (placement, growth), for tools and tests.
+pub use tier::file::SwapFile;
 
 /// Base page size the engine manages.
 pub const PAGE_SIZE: usize = 4096;

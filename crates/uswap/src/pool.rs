@@ -162,8 +162,9 @@ impl PoolBuilder {
         self.budget = bytes;
         self
     }
-    /// Where the swap file goes: a directory (an unlinked file is made in it), a new file
-    /// path (created 0600, unlinked at once), or a block device. Default: `$TMPDIR`.
+    /// Where the swap file goes: a directory (an unnamed file is made in it), a new file
+    /// path (an unnamed file in its directory: the name is never created, so processes
+    /// given the same path never collide), or a block device. Default: `$TMPDIR`.
     pub fn swap_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.swap_file = Some(path.into());
         self
@@ -387,6 +388,18 @@ impl Pool {
         } else {
             Err(errors.join("; "))
         }
+    }
+
+    /// Where the swap is, for people: "an unnamed file in /var/tmp (on vda)"; for the
+    /// default place, also which of $TMPDIR, /var/tmp, /tmp were skipped and why.
+    pub fn swap_place(&self) -> String {
+        self.engine.tiers.file().place().to_string()
+    }
+
+    /// The zram device under the swap, if any (swapped pages then still take RAM,
+    /// compressed).
+    pub fn swap_zram(&self) -> Option<String> {
+        self.engine.tiers.file().zram().map(str::to_string)
     }
 
     /// Whether slots are allocated the rotational way (shared scan base) or SSD way.

@@ -496,7 +496,9 @@ fn bad_input_gives_typed_errors() {
 #[test]
 fn drop_frees_slots_and_swap_file_is_private() {
     with_deadline(120, |t| {
-        let dir = std::env::temp_dir().join(format!("uswap-drop-{}", std::process::id()));
+        // On the build's disk: /tmp may be a tmpfs, which is refused as a swap place.
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("uswap-drop-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         {
             let p = t.pool(Pool::builder().budget(16 * MIB).swap_file(&dir));

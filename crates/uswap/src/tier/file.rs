@@ -1,16 +1,24 @@
 //! The file tier: a swap file or block device opened with O_DIRECT, written and
 //! read through each thread's io_uring (`ring.rs`).
 //!
-//! Placement rules, so that swapped data never outlives the process and never sits
-//! readable by others:
-//! - no path: an `O_TMPFILE` (unnamed, mode 0600) in `$TMPDIR`, else `/var/tmp`;
+//! Placement rules, so that swapped data never outlives the process, never sits
+//! readable by others, and never sits in RAM:
+//! - no path: an `O_TMPFILE` (unnamed, mode 0600) in the first of `$TMPDIR`,
+//!   `/var/tmp`, `/tmp` that is on a disk (the others are skipped, and the place says
+//!   so);
 //! - a directory: an `O_TMPFILE` in it;
-//! - a path that does not exist: created 0600 and unlinked at once (the space is
-//!   freed when the pool closes, even after a crash);
+//! - a path that does not exist: an `O_TMPFILE` in its directory; the name itself is
+//!   never created, so processes given the same path (or a parent and its forked
+//!   children) never collide. Where the filesystem has no `O_TMPFILE`, a unique name
+//!   next to it, created 0600 and unlinked at once;
 //! - a block device: used as is (its size is the capacity).
 //!
-//! O_DIRECT keeps the page cache from holding swapped data outside the budget; a
-//! filesystem that refuses O_DIRECT (tmpfs) is refused with a hint.
+//! A place that keeps its data in RAM is refused: tmpfs (which has O_DIRECT since
+//! Linux 6.6), ramfs, a RAM disk (brd), a loop device over a file in one of them
+//! (statfs's f_type, then the block device in sysfs). zram is accepted, as a swap
+//! device should be, and [`SwapFile::place`] says so. O_DIRECT keeps the page cache
+//! from holding swapped data outside the budget; a filesystem that refuses it is
+//! refused with a hint.
 //!
 //! After a fork the parent keeps writing its file; the child gets a file of its own
 //! (made when it first needs one) and only reads the parent's, for the pages both
@@ -55,6 +63,10 @@ pub struct SwapFile {
     origin: Option<PathBuf>,
     /// What the user sees in messages.
     desc: PathBuf,
+    /// Where the swap is, for people: "an unnamed file in /var/tmp (on vda)".
+    place: String,
+    /// The zram device under the swap (compressed RAM), if any.
+    zram: Option<String>,
     /// Bytes usable now (a multiple of 2 MiB).
     capacity: AtomicU64,
     /// `Some(n)`: the user fixed the size (or it is a device); never grow past it.
@@ -75,7 +87,7 @@ fn swap_err(path: &Path, source: std::io::Error, hint: &str) -> Error {
 
 fn odirect_hint(e: &std::io::Error) -> &'static str {
     if e.raw_os_error() == Some(libc::EINVAL) {
-        " (the filesystem does not support O_DIRECT, e.g. tmpfs: choose a directory on a disk with --swap-file)"
+        " (the filesystem does not support O_DIRECT: choose a directory on a disk with --swap-file)"
     } else if e.raw_os_error() == Some(libc::EACCES) || e.raw_os_error() == Some(libc::EPERM) {
         " (no permission: choose a writable directory with --swap-file)"
     } else if e.raw_os_error() == Some(libc::ENOENT) {
@@ -88,7 +100,22 @@ fn odirect_hint(e: &std::io::Error) -> &'static str {
 impl SwapFile {
     /// Open the backend. `size`: fixed capacity in bytes, or `None` to grow on demand.
     pub fn open(path: Option<&Path>, size: Option<u64>) -> Result<SwapFile> {
-        let (file, desc) = open_place(path)?;
+        let unit = crate::UNIT_SIZE as u64;
+        if let Some(s) = size.filter(|&s| s < unit) {
+            return Err(Error::SwapSizeTooSmall {
+                size: s,
+                minimum: unit,
+            });
+        }
+        let Placed {
+            file,
+            desc,
+            place,
+            zram,
+        } = match path {
+            None => place_default()?,
+            Some(p) => place_given(p)?,
+        };
         let meta = file.metadata().map_err(|e| swap_err(&desc, e, ""))?;
         let is_block = meta.file_type().is_block_device();
         let rotational = detect_rotational(&file, is_block);
@@ -105,6 +132,8 @@ impl SwapFile {
             inherited: Vec::new(),
             origin: path.map(Path::to_path_buf),
             desc,
+            place,
+            zram,
             capacity: AtomicU64::new(0),
             fixed: fixed.map(|f| f & !(crate::UNIT_SIZE as u64 - 1)),
             grow_lock: Mutex::new(()),
@@ -113,10 +142,11 @@ impl SwapFile {
         };
         if let Some(cap) = sf.fixed {
             if cap == 0 {
+                // Only a device can get here (a size below a unit is refused above).
                 return Err(swap_err(
                     &sf.desc,
                     std::io::Error::from_raw_os_error(libc::ENOSPC),
-                    " (swap size below 2 MiB)",
+                    " (the device holds less than 2 MiB, one swap unit)",
                 ));
             }
             if is_block {
@@ -127,85 +157,7 @@ impl SwapFile {
         }
         Ok(sf)
     }
-}
 
-/// Open the place the user asked for (see the module doc); the file and what to
-/// call it in messages.
-fn open_place(path: Option<&Path>) -> Result<(File, PathBuf)> {
-    {
-        let r = match path {
-            None => {
-                let mut dirs: Vec<PathBuf> = Vec::new();
-                if let Some(t) = std::env::var_os("TMPDIR") {
-                    dirs.push(PathBuf::from(t));
-                }
-                dirs.push(PathBuf::from("/var/tmp"));
-                dirs.push(PathBuf::from("/tmp"));
-                let mut last = None;
-                let mut found = None;
-                for d in dirs {
-                    match open_tmpfile(&d) {
-                        Ok(f) => {
-                            found = Some((f, d));
-                            break;
-                        }
-                        Err(e) => last = Some((d, e)),
-                    }
-                }
-                match found {
-                    Some(x) => x,
-                    None => {
-                        let (d, e) = last.expect("at least one directory was tried");
-                        let hint = odirect_hint(&e);
-                        return Err(swap_err(&d, e, hint));
-                    }
-                }
-            }
-            Some(p) => match std::fs::metadata(p) {
-                Ok(m) if m.is_dir() => (open_tmpfile(p).map_err(|e| {
-                            let h = odirect_hint(&e);
-                            swap_err(p, e, h)
-                        })?, p.to_path_buf()),
-                Ok(m) if m.file_type().is_block_device() => {
-                    let f = std::fs::OpenOptions::new()
-                        .read(true)
-                        .write(true)
-                        .custom_flags(libc::O_DIRECT | libc::O_CLOEXEC | libc::O_EXCL)
-                        .open(p)
-                        .map_err(|e| swap_err(p, e, " (is the device in use or mounted?)"))?;
-                    (f, p.to_path_buf())
-                }
-                Ok(_) => {
-                    return Err(swap_err(
-                        p,
-                        std::io::Error::from_raw_os_error(libc::EEXIST),
-                        " (uswap will not overwrite an existing file: give a new path, a directory or a block device)",
-                    ))
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    let f = std::fs::OpenOptions::new()
-                        .read(true)
-                        .write(true)
-                        .create_new(true)
-                        .mode(0o600)
-                        .custom_flags(libc::O_DIRECT | libc::O_CLOEXEC)
-                        .open(p)
-                        .map_err(|e| {
-                            let h = odirect_hint(&e);
-                            swap_err(p, e, h)
-                        })?;
-                    // The name goes now; the space goes when the pool closes.
-                    std::fs::remove_file(p).map_err(|e| swap_err(p, e, ""))?;
-                    (f, p.to_path_buf())
-                }
-                Err(e) => return Err(swap_err(p, e, "")),
-            },
-        };
-        Ok(r)
-    }
-}
-
-impl SwapFile {
     /// The raw fd of the file new slots go to (-1 while there is none).
     pub fn raw(&self) -> RawFd {
         self.file.get().map_or(-1, |f| f.as_raw_fd())
@@ -301,6 +253,18 @@ impl SwapFile {
         &self.desc
     }
 
+    /// Where the swap is, for people: "an unnamed file in /var/tmp (on vda)", with the
+    /// default places skipped and why.
+    pub fn place(&self) -> &str {
+        &self.place
+    }
+
+    /// The zram device under the swap, if any: swapped pages then still take RAM,
+    /// compressed.
+    pub fn zram(&self) -> Option<&str> {
+        self.zram.as_deref()
+    }
+
     /// Bytes usable now.
     pub fn capacity(&self) -> u64 {
         self.capacity.load(Ordering::Acquire)
@@ -318,7 +282,9 @@ impl SwapFile {
 
     /// Make at least `bytes` usable: extend and preallocate a regular file (so that
     /// O_DIRECT writes do not allocate blocks one by one and a full disk shows here,
-    /// not as a write error later). Returns the new capacity.
+    /// not as a write error later). It grows in [`GROW_STEP`]s where there is room,
+    /// else by what is needed (rounded to a 2 MiB unit); an error says what was asked
+    /// and what was free. Returns the new capacity.
     pub fn ensure(&self, bytes: u64) -> Result<u64> {
         let _g = self.grow_lock.lock().unwrap_or_else(|p| p.into_inner());
         let cap = self.capacity();
@@ -328,41 +294,388 @@ impl SwapFile {
         if self.is_block {
             return Ok(cap);
         }
-        let file = match self.file.get() {
-            Some(f) => f,
-            None => {
-                let (f, _) = open_place(self.origin.as_deref())?;
-                self.file.get_or_init(|| f)
+        if self.file.get().is_none() {
+            // A forked child's own file, made on first need where the parent's was.
+            let placed = match self.origin.as_deref() {
+                None => place_default()?,
+                Some(p) => place_given(p)?,
+            };
+            let _ = self.file.set(placed.file);
+        }
+        let unit = crate::UNIT_SIZE as u64;
+        let limit = self.fixed.unwrap_or(u64::MAX);
+        let exact = bytes
+            .div_ceil(unit)
+            .saturating_mul(unit)
+            .min(limit)
+            .max(bytes.min(limit));
+        let step = bytes
+            .div_ceil(GROW_STEP)
+            .saturating_mul(GROW_STEP)
+            .min(limit)
+            .max(exact);
+        let mut tries = vec![step];
+        if exact < step {
+            tries.push(exact);
+        }
+        let mut last = None;
+        for want in tries {
+            match self.grow_to(cap, want) {
+                Ok(()) => {
+                    self.capacity.store(want, Ordering::Release);
+                    return Ok(want);
+                }
+                // No room for a step: try what is needed.
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => last = Some(e),
+                Err(e) => return Err(swap_err(&self.desc, e, "")),
+            }
+        }
+        let e = last.unwrap_or_else(|| std::io::Error::from_raw_os_error(libc::ENOSPC));
+        let hint = format!(
+            " (the swap file needs {} more to hold {}; its filesystem has {} free)",
+            crate::format_size(exact - cap),
+            crate::format_size(exact),
+            self.free_bytes()
+                .map_or_else(|| "an unknown amount".into(), crate::format_size)
+        );
+        Err(swap_err(&self.desc, e, &hint))
+    }
+
+    /// Extend the writable file from capacity `cap` to `want` (slot-space bytes),
+    /// preallocated where the filesystem can; on failure the file is as it was.
+    fn grow_to(&self, cap: u64, want: u64) -> std::io::Result<()> {
+        let Some(file) = self.file.get() else {
+            return Err(std::io::Error::from_raw_os_error(libc::EBADF));
+        };
+        let off = self.base * 4096;
+        // SAFETY: fallocate on an fd we own, with a byte range.
+        let r = unsafe { libc::fallocate(self.raw(), 0, (cap - off) as i64, (want - cap) as i64) };
+        if r == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
+            // No preallocation on this filesystem: a sparse extension still works.
+            return file.set_len(want - off);
+        }
+        // Give back what a partial fallocate may have taken.
+        let _ = file.set_len(cap - off);
+        Err(e)
+    }
+
+    /// Bytes free on the filesystem of the writable file, for messages.
+    fn free_bytes(&self) -> Option<u64> {
+        // SAFETY: statfs is plain old data; all zeros is a valid value.
+        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: fstatfs(2) on an fd we own, into a live struct.
+        let r = unsafe { libc::fstatfs(self.raw(), &mut st) };
+        (r == 0).then(|| st.f_bavail * st.f_bsize as u64)
+    }
+}
+
+/// A swap file or device just opened, and where it is.
+struct Placed {
+    file: File,
+    desc: PathBuf,
+    place: String,
+    zram: Option<String>,
+}
+
+/// What keeps the data of a swap place, as far as RAM goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Medium {
+    /// A disk (the block device's name, when there is one).
+    Disk(Option<String>),
+    /// zram: compressed RAM, a legitimate swap device; said, not refused.
+    Zram(String),
+    /// RAM: swapping there frees nothing. What it is, for messages.
+    Ram(String),
+}
+
+impl Medium {
+    /// " (on vda)", " (on zram0: compressed RAM)", or nothing.
+    fn suffix(&self) -> String {
+        match self {
+            Medium::Disk(Some(d)) => format!(" (on {d})"),
+            Medium::Disk(None) => String::new(),
+            Medium::Zram(z) => format!(" (on {z}: compressed RAM)"),
+            Medium::Ram(w) => format!(" (on {w}: RAM)"),
+        }
+    }
+
+    fn zram(&self) -> Option<String> {
+        match self {
+            Medium::Zram(z) => Some(z.clone()),
+            _ => None,
+        }
+    }
+}
+
+const TMPFS_MAGIC: u32 = 0x0102_1994;
+const RAMFS_MAGIC: u32 = 0x8584_58f6;
+
+/// What holds the filesystem of `path`: tmpfs and ramfs are RAM; otherwise the block
+/// device under it (RAM disks, zram and loop devices looked through).
+fn medium_of_path(path: &Path) -> std::io::Result<Medium> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: statfs is plain old data; all zeros is a valid value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statfs(2) with a NUL-terminated path and a pointer to a live struct.
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // f_type's width differs between architectures; the magics are 32-bit.
+    match st.f_type as u32 {
+        TMPFS_MAGIC => return Ok(Medium::Ram("tmpfs".into())),
+        RAMFS_MAGIC => return Ok(Medium::Ram("ramfs".into())),
+        _ => {}
+    }
+    use std::os::unix::fs::MetadataExt;
+    Ok(medium_of_dev(std::fs::metadata(path)?.dev(), 0))
+}
+
+/// What block device `dev` is: zram, a RAM disk (brd: ram0...), a loop device (what
+/// holds its backing file), or another disk. A device sysfs does not know (btrfs,
+/// overlayfs, NFS) counts as a disk.
+fn medium_of_dev(dev: u64, depth: u32) -> Medium {
+    let (maj, min) = (libc::major(dev), libc::minor(dev));
+    let Ok(sys) = std::fs::canonicalize(format!("/sys/dev/block/{maj}:{min}")) else {
+        return Medium::Disk(None);
+    };
+    let disk = if sys.join("partition").exists() {
+        sys.parent().map(Path::to_path_buf).unwrap_or(sys)
+    } else {
+        sys
+    };
+    let name = disk
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let digits_after = |prefix: &str| {
+        name.strip_prefix(prefix)
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    };
+    if digits_after("zram") {
+        return Medium::Zram(name);
+    }
+    if digits_after("ram") {
+        return Medium::Ram(format!("the RAM disk {name}"));
+    }
+    if digits_after("loop") && depth < 4 {
+        let backing = std::fs::read_to_string(disk.join("loop/backing_file")).unwrap_or_default();
+        let backing = backing.trim().trim_end_matches(" (deleted)");
+        if !backing.is_empty() {
+            match medium_of_path(Path::new(backing)) {
+                Ok(Medium::Ram(w)) => {
+                    return Medium::Ram(format!("{name}, a loop device over a file on {w}"))
+                }
+                Ok(Medium::Zram(z)) => return Medium::Zram(format!("{name} over {z}")),
+                _ => {}
+            }
+        }
+    }
+    Medium::Disk(Some(name))
+}
+
+fn ram_err(path: &Path, what: String) -> Error {
+    Error::SwapInRam {
+        path: path.to_path_buf(),
+        what,
+    }
+}
+
+/// The default place: an unnamed file in the first of $TMPDIR, /var/tmp, /tmp that is
+/// on a disk; the place says which were skipped and why.
+fn place_default() -> Result<Placed> {
+    let mut dirs: Vec<(String, PathBuf)> = Vec::new();
+    if let Some(t) = std::env::var_os("TMPDIR").filter(|t| !t.is_empty()) {
+        let t = PathBuf::from(t);
+        dirs.push((format!("$TMPDIR ({})", t.display()), t));
+    }
+    for d in ["/var/tmp", "/tmp"] {
+        dirs.push((d.to_string(), PathBuf::from(d)));
+    }
+    let mut skipped: Vec<String> = Vec::new();
+    for (label, dir) in dirs {
+        let medium = match medium_of_path(&dir) {
+            Ok(Medium::Ram(what)) => {
+                skipped.push(format!("{label}: on {what}, RAM"));
+                continue;
+            }
+            Ok(m) => m,
+            Err(e) => {
+                skipped.push(format!("{label}: {e}"));
+                continue;
             }
         };
-        let mut want = bytes.div_ceil(GROW_STEP) * GROW_STEP;
-        if let Some(f) = self.fixed {
-            want = want.min(f).max(bytes.min(f));
-        }
-        // Offsets in the file start at the first slot of this process's own range.
-        let off = self.base * 4096;
-        let (have, len) = (cap - off, want - cap);
-        // SAFETY: fallocate on an fd we own, with a byte range.
-        let r = unsafe { libc::fallocate(file.as_raw_fd(), 0, have as i64, len as i64) };
-        if r != 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
-                // No preallocation on this filesystem: a sparse extension still works.
-                file.set_len(want - off)
-                    .map_err(|e| swap_err(&self.desc, e, ""))?;
-            } else {
-                // Give back what a partial fallocate may have taken.
-                let _ = file.set_len(have);
-                let hint = if e.raw_os_error() == Some(libc::ENOSPC) {
-                    " (the disk is full)"
-                } else {
-                    ""
-                };
-                return Err(swap_err(&self.desc, e, hint));
+        match open_tmpfile(&dir) {
+            Ok(file) => {
+                let why: String = skipped.iter().map(|s| format!("; skipped {s}")).collect();
+                return Ok(Placed {
+                    file,
+                    place: format!(
+                        "an unnamed file in {}{}{why}",
+                        dir.display(),
+                        medium.suffix()
+                    ),
+                    zram: medium.zram(),
+                    desc: dir,
+                });
             }
+            Err(e) => skipped.push(format!("{label}: {e}{}", odirect_hint(&e))),
         }
-        self.capacity.store(want, Ordering::Release);
-        Ok(want)
+    }
+    Err(Error::NoSwapPlace {
+        tried: skipped.join("; "),
+    })
+}
+
+/// An unnamed file in `dir` (the place `p` the user gave, a directory or the new path
+/// `new` in it), unless `dir` is in RAM.
+fn place_in_dir(p: &Path, dir: &Path, new: Option<&Path>) -> Result<Placed> {
+    let medium = medium_of_path(dir).map_err(|e| swap_err(p, e, ""))?;
+    if let Medium::Ram(what) = medium {
+        return Err(ram_err(p, what));
+    }
+    let file = match new {
+        Some(new) => open_in_dir(dir, new),
+        None => open_tmpfile(dir),
+    }
+    .map_err(|e| {
+        let h = odirect_hint(&e);
+        swap_err(p, e, h)
+    })?;
+    Ok(Placed {
+        file,
+        desc: p.to_path_buf(),
+        place: format!("an unnamed file in {}{}", dir.display(), medium.suffix()),
+        zram: medium.zram(),
+    })
+}
+
+/// The place the user gave: a directory, a block device or a new path.
+fn place_given(p: &Path) -> Result<Placed> {
+    let meta = match std::fs::metadata(p) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return place_new(p, e);
+        }
+        m => m,
+    };
+    match meta {
+        Ok(m) if m.is_dir() => place_in_dir(p, p, None),
+        Ok(m) if m.file_type().is_block_device() => {
+            use std::os::unix::fs::MetadataExt;
+            let medium = medium_of_dev(m.rdev(), 0);
+            if let Medium::Ram(what) = medium {
+                return Err(ram_err(p, what));
+            }
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(libc::O_DIRECT | libc::O_CLOEXEC | libc::O_EXCL)
+                .open(p)
+                .map_err(|e| swap_err(p, e, " (is the device in use or mounted?)"))?;
+            let place = match &medium {
+                Medium::Zram(z) => format!("the block device {} ({z}: compressed RAM)", p.display()),
+                _ => format!("the block device {}", p.display()),
+            };
+            Ok(Placed {
+                file,
+                desc: p.to_path_buf(),
+                place,
+                zram: medium.zram(),
+            })
+        }
+        Ok(m) if m.is_file() => Err(swap_err(
+            p,
+            std::io::Error::from_raw_os_error(libc::EEXIST),
+            " (uswap will not overwrite an existing file: give a new path, a directory or a block device)",
+        )),
+        Ok(_) => Err(swap_err(
+            p,
+            std::io::Error::from_raw_os_error(libc::EINVAL),
+            " (not a directory, a block device or a new path)",
+        )),
+        Err(e) => Err(swap_err(p, e, "")),
+    }
+}
+
+/// A path that does not exist (`missing`: the error that said so): a new file in its
+/// directory, unless it names a missing directory or is a dangling symlink.
+fn place_new(p: &Path, missing: std::io::Error) -> Result<Placed> {
+    if let Ok(target) = std::fs::read_link(p) {
+        let hint = format!(
+            " (a symlink to {}, which does not exist: give a new path, a directory or a \
+             block device)",
+            target.display()
+        );
+        return Err(swap_err(p, missing, &hint));
+    }
+    if p.as_os_str().as_encoded_bytes().ends_with(b"/") {
+        return Err(swap_err(p, missing, " (no such directory)"));
+    }
+    let dir = parent_dir(p);
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => place_in_dir(p, dir, Some(p)),
+        Ok(_) => Err(swap_err(
+            p,
+            std::io::Error::from_raw_os_error(libc::ENOTDIR),
+            &format!(" ({} is not a directory)", dir.display()),
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(swap_err(
+            p,
+            e,
+            &format!(" (the directory {} does not exist)", dir.display()),
+        )),
+        Err(e) => Err(swap_err(p, e, "")),
+    }
+}
+
+/// The directory a new path goes in (`.` for a bare name).
+fn parent_dir(p: &Path) -> &Path {
+    match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
+}
+
+/// A new swap file for the new path `p` in `dir`: unnamed if the filesystem can, else
+/// under a unique name next to `p`, unlinked at once.
+fn open_in_dir(dir: &Path, p: &Path) -> std::io::Result<File> {
+    match open_tmpfile(dir) {
+        // EOPNOTSUPP: this filesystem has no O_TMPFILE (EISDIR: nor the kernel).
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR)) => {
+            open_unique(dir, p)
+        }
+        r => r,
+    }
+}
+
+/// Create `.<name>.uswap-<pid>-<n>` in `dir` (0600, exclusive) and unlink it at once.
+fn open_unique(dir: &Path, p: &Path) -> std::io::Result<File> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let name = p.file_name().unwrap_or_default().to_string_lossy();
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let tmp = dir.join(format!(".{name}.uswap-{}-{n}", std::process::id()));
+        match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_DIRECT | libc::O_CLOEXEC)
+            .open(&tmp)
+        {
+            Ok(f) => {
+                // The name goes now; the space goes when the pool closes.
+                std::fs::remove_file(&tmp)?;
+                return Ok(f);
+            }
+            // Left by a process that died between create and unlink: next number.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
     }
 }
 
@@ -434,7 +747,8 @@ mod tests {
 
     #[test]
     fn new_path_is_unlinked_at_once() {
-        let p = std::env::temp_dir().join(format!("uswap-test-{}", std::process::id()));
+        // /var/tmp: on a disk (/tmp may be a tmpfs, which is refused).
+        let p = Path::new("/var/tmp").join(format!("uswap-test-{}", std::process::id()));
         let f = SwapFile::open(Some(&p), Some(4 << 20)).unwrap();
         assert!(!p.exists(), "swap file name must be gone while in use");
         assert_eq!(f.capacity(), 4 << 20);
@@ -444,6 +758,12 @@ mod tests {
     fn bad_paths_are_clear_errors() {
         let e = SwapFile::open(Some(Path::new("/nonexistent-dir/x/swap")), None).unwrap_err();
         assert!(e.to_string().contains("/nonexistent-dir/x/swap"), "{e}");
+        assert!(
+            e.to_string().contains("/nonexistent-dir/x does not exist"),
+            "{e}"
+        );
+        let e = SwapFile::open(None, Some(0)).unwrap_err();
+        assert!(matches!(e, Error::SwapSizeTooSmall { size: 0, .. }), "{e}");
         let existing = std::env::temp_dir().join(format!("uswap-existing-{}", std::process::id()));
         std::fs::write(&existing, b"keep me").unwrap();
         let e = SwapFile::open(Some(&existing), None).unwrap_err();
