@@ -99,6 +99,7 @@ pub fn errno_of(e: &Error) -> c_int {
         | Error::SwapInRam { .. }
         | Error::SwapSizeTooSmall { .. } => libc::EINVAL,
         Error::NoSwapPlace { .. } => libc::ENOENT,
+        Error::Remote { .. } => libc::EHOSTUNREACH,
         Error::Sys { source, .. } => os(source),
     }
 }

@@ -67,7 +67,7 @@ fn kind_of(e: &uswap::Error) -> usize {
         UffdNotPermitted { .. } => 0,
         UffdFeatureMissing { .. } => 1,
         // A swap place refused (in RAM, none found) is a swap-file error too.
-        SwapFile { .. } | SwapInRam { .. } | NoSwapPlace { .. } => 2,
+        SwapFile { .. } | SwapInRam { .. } | NoSwapPlace { .. } | Remote { .. } => 2,
         SwapFull { .. } => 3,
         BudgetTooSmall { .. } => 4,
         BudgetExceedsRam { .. } => 5,

@@ -119,14 +119,26 @@ impl Engine {
         let slots = SlotAllocator::new(swap.capacity() / PAGE_SIZE as u64, policy);
         let compressed = match cfg.tier {
             crate::TierKind::File => None,
-            _ => Some(crate::tier::compressed::Compressed::new(
+            crate::TierKind::Remote => None,
+            t => Some(crate::tier::compressed::Compressed::new(
                 cfg.compressor,
                 cfg.budget / 100 * cfg.compressed_max_percent as u64,
                 max_slots,
-                cfg.tier == crate::TierKind::CompressedFile,
+                t != crate::TierKind::Compressed,
             )?),
         };
         let back_writes = cfg.tier != crate::TierKind::Compressed;
+        let remote = match cfg.tier {
+            crate::TierKind::Remote | crate::TierKind::CompressedRemote => {
+                let nodes = cfg.remote.as_deref().ok_or_else(|| Error::Remote {
+                    what: "the remote tier needs the cluster's address (--remote \
+                           redis://HOST:PORT[,HOST:PORT...])"
+                        .into(),
+                })?;
+                Some(crate::tier::remote::connect(nodes)?)
+            }
+            _ => None,
+        };
         let frames = Frames::new(cfg.budget)?;
         frames.register(&uffd).map_err(|source| Error::Sys {
             op: "UFFDIO_REGISTER (swap-cache frames)",
@@ -139,7 +151,7 @@ impl Engine {
             frames,
             cache: SwapCache::new(max_slots),
             slots,
-            tiers: Tiers::new(swap, compressed, back_writes, max_slots),
+            tiers: Tiers::new(swap, compressed, remote, back_writes, max_slots),
             regions: Regions::new(),
             lists: ReclaimLists::default(),
             writeback: Writeback::new(),
@@ -199,6 +211,17 @@ impl Engine {
         c.metadata_bytes = self.budget.metadata_bytes().0;
         c.peak_used_bytes = self.budget.peak_bytes();
         c.swap_files_open = self.tiers.file().open_files() as u64;
+        if let Some(rc) = self.tiers.remote.as_ref().and_then(|r| r.counters()) {
+            c.remote_reads = rc.reads;
+            c.remote_writes = rc.writes;
+            c.remote_bytes_in = rc.bytes_in;
+            c.remote_bytes_out = rc.bytes_out;
+            c.remote_retries = rc.retries;
+            c.remote_failovers = rc.failovers_seen;
+            c.remote_lost = rc.lost + rc.corrupt;
+            c.remote_get_p50_us = rc.get_latency.p50_us;
+            c.remote_get_p99_us = rc.get_latency.p99_us;
+        }
         if let Some(z) = &self.tiers.compressed {
             let st = z.stats();
             c.zswap_pool_bytes = st.pool_bytes + st.metadata_bytes;

@@ -63,6 +63,13 @@ pub enum Error {
         /// The smallest size that works.
         minimum: u64,
     },
+    /// The remote tier could not be used (bad address list, cluster unreachable or down,
+    /// access refused).
+    #[error("{what}")]
+    Remote {
+        /// What the remote store said.
+        what: String,
+    },
     /// The swap file cannot hold what the pool has been asked to back.
     #[error(
         "swap space exhausted: a region of {requested} bytes needs {needed} bytes of swap, but the \

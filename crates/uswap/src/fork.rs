@@ -389,6 +389,9 @@ fn child(e: &Arc<Engine>) {
     };
     e.slots.freeze_below(limit);
     e.tiers.inflight_reset();
+    if let Some(r) = &e.tiers.remote {
+        r.fork_child();
+    }
     e.threads.forget_after_fork();
     f.active.store(0, SeqCst);
     f.pending.store(false, SeqCst);

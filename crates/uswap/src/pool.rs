@@ -34,6 +34,11 @@ pub enum TierKind {
     /// compress goes to the file, and the oldest compressed pages are written back
     /// to it when the pool passes its share of the budget.
     CompressedFile,
+    /// Other machines' RAM on a Redis Cluster (`PoolBuilder::remote`); a clear error
+    /// at start if the cluster cannot be used.
+    Remote,
+    /// Compressed RAM in front of the remote tier.
+    CompressedRemote,
 }
 
 /// The compressor of the compressed tier.
@@ -127,6 +132,7 @@ pub struct PoolBuilder {
     pub(crate) tier: TierKind,
     pub(crate) compressor: Compressor,
     pub(crate) compressed_max_percent: u32,
+    pub(crate) remote: Option<String>,
     pub(crate) inject: FaultInjection,
 }
 
@@ -151,6 +157,7 @@ impl Default for PoolBuilder {
             tier: TierKind::File,
             compressor: Compressor::Lz4,
             compressed_max_percent: 50,
+            remote: None,
             inject: FaultInjection::default(),
         }
     }
@@ -239,6 +246,13 @@ impl PoolBuilder {
     /// Where swapped pages go (default: the swap file).
     pub fn tier(mut self, t: TierKind) -> Self {
         self.tier = t;
+        self
+    }
+    /// The Redis Cluster of the remote tier: `redis://HOST:PORT[,HOST:PORT...]` (seeds;
+    /// `rediss://` for TLS, `redis://USER:PASSWORD@HOST:PORT` for AUTH/ACL). Used by
+    /// `TierKind::Remote` and `CompressedRemote`.
+    pub fn remote(mut self, nodes: impl Into<String>) -> Self {
+        self.remote = Some(nodes.into());
         self
     }
     /// The compressor of the compressed tier (default lz4).

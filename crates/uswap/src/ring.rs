@@ -16,6 +16,8 @@ pub const TOKEN_UFFD: u64 = u64::MAX;
 pub const TOKEN_EVENT: u64 = u64::MAX - 1;
 /// `user_data` of a timeout that ends a bounded wait.
 pub const TOKEN_TIMEOUT: u64 = u64::MAX - 2;
+/// `user_data` of the poll of the remote tier's completion eventfd.
+pub const TOKEN_REMOTE: u64 = u64::MAX - 3;
 /// `user_data` of polls on other descriptors (fork children's pipes, other tiers'
 /// completion eventfds): `TOKEN_POLL_BASE + n`, counting down.
 pub const TOKEN_POLL_BASE: u64 = u64::MAX - 16;

@@ -35,6 +35,26 @@ macro_rules! counters {
             pub zswap_stored_bytes: u64,
             /// Pages the compressed tier keeps as one repeated word (no pool memory).
             pub zswap_same_filled_pages: u64,
+            /// Remote tier (gauges of the pool's store): values read and written,
+            /// payload bytes, retries after transient errors, failovers seen, values
+            /// lost or corrupt, and the round-trip latency of single reads (µs).
+            pub remote_reads: u64,
+            /// See `remote_reads`.
+            pub remote_writes: u64,
+            /// See `remote_reads`.
+            pub remote_bytes_in: u64,
+            /// See `remote_reads`.
+            pub remote_bytes_out: u64,
+            /// See `remote_reads`.
+            pub remote_retries: u64,
+            /// See `remote_reads`.
+            pub remote_failovers: u64,
+            /// See `remote_reads`.
+            pub remote_lost: u64,
+            /// See `remote_reads`.
+            pub remote_get_p50_us: u64,
+            /// See `remote_reads`.
+            pub remote_get_p99_us: u64,
             /// Inconsistencies the engine found and recovered from (engine bugs:
             /// internal errors, slot double frees, invalid slot operations); 0.
             pub internal_errors: u64,

@@ -35,6 +35,10 @@ pub(crate) struct ThreadCtx {
     pub(crate) deferred: Vec<Fault>,
     /// The eventfd that wakes this thread.
     pub(crate) event_fd: RawFd,
+    /// This thread's requests to the remote tier, if the pool has one.
+    pub(crate) remote: Option<crate::tier::remote::RemoteCtx>,
+    /// Requests that failed before they could start (completed with the others).
+    pub(crate) failed: Vec<(crate::tier::Op, i32)>,
 }
 
 impl ThreadCtx {
@@ -49,7 +53,34 @@ impl ThreadCtx {
             uffd_armed: false,
             deferred: Vec::new(),
             event_fd,
+            remote: match &e.tiers.remote {
+                Some(r) => {
+                    let event = eventfd()?;
+                    r.client(&event)
+                        .map(|c| crate::tier::remote::RemoteCtx::new(c, event))
+                }
+                None => None,
+            },
+            failed: Vec::new(),
         })
+    }
+
+    /// Back-tier requests of this thread in flight (its ring's and the remote tier's).
+    pub(crate) fn io_pending(&self) -> bool {
+        self.ring.inflight > 0
+            || self.remote.as_ref().is_some_and(|r| r.pending() > 0)
+            || !self.failed.is_empty()
+    }
+
+    /// Arm the polls that wake this thread: its eventfd and the remote tier's.
+    pub(crate) fn arm_polls(&mut self) {
+        self.ring.poll(self.event_fd, crate::ring::TOKEN_EVENT);
+        if let Some(r) = &self.remote {
+            self.ring.poll(
+                std::os::fd::AsRawFd::as_raw_fd(&r.event),
+                crate::ring::TOKEN_REMOTE,
+            );
+        }
     }
 }
 

@@ -276,7 +276,7 @@ fn queue_unit_read(
         op.unit_read = true;
         u.unit_reads += 1;
         r.counters.read_requests.fetch_add(1, Relaxed);
-        e.tiers.submit(ctx, op);
+        e.tiers.submit(e, ctx, op);
         a = b;
     }
     true

@@ -209,7 +209,7 @@ pub(crate) fn write_run(
         first,
     );
     op.attempt = attempt;
-    e.tiers.submit(ctx, op);
+    e.tiers.submit(e, ctx, op);
 }
 
 /// A page in `frame` goes back into its region, dirty and without a slot (its write
@@ -264,7 +264,7 @@ pub(crate) fn complete_write(e: &Engine, ctx: &mut ThreadCtx, mut op: Op, res: i
         // Short: the device took part of it; the same place is tried again.
         if res >= 0 && op.attempt + 1 < WRITE_TRIES {
             op.attempt += 1;
-            e.tiers.submit(ctx, op);
+            e.tiers.submit(e, ctx, op);
             return;
         }
     }

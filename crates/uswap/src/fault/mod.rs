@@ -27,12 +27,12 @@ use std::sync::{Arc, OnceLock};
 
 /// A fault thread: serve faults, complete I/O, sleep in the ring.
 pub(crate) fn run(e: &Arc<Engine>, mut ctx: ThreadCtx) {
-    ctx.ring.poll(ctx.event_fd, TOKEN_EVENT);
+    ctx.arm_polls();
     let mut cqes = Vec::new();
     let spin = std::time::Duration::from_micros(e.cfg.spin_us as u64);
     let io_poll = std::time::Duration::from_micros(e.cfg.io_poll_us as u64);
     loop {
-        if e.threads.is_shutdown() && ctx.ring.inflight == 0 {
+        if e.threads.is_shutdown() && !ctx.io_pending() {
             break;
         }
         let a = e.fork.enter();
@@ -71,7 +71,7 @@ pub(crate) fn run(e: &Arc<Engine>, mut ctx: ThreadCtx) {
                 ctx.ring.reap(&mut cqes);
             }
         }
-        if cqes.is_empty() {
+        if cqes.is_empty() && ctx.failed.is_empty() {
             ctx.ring.wait();
             ctx.ring.reap(&mut cqes);
         }
@@ -420,6 +420,9 @@ fn handle_wp(e: &Engine, r: &RegionInner, page: u64) {
 
 /// Handle completions reaped from a ring.
 pub(crate) fn process_cqes(e: &Engine, ctx: &mut ThreadCtx, cqes: &[(u64, i32)]) {
+    for (op, res) in std::mem::take(&mut ctx.failed) {
+        complete(e, ctx, op, res);
+    }
     for &(ud, res) in cqes {
         match ud {
             TOKEN_UFFD => ctx.uffd_armed = false,
@@ -428,6 +431,17 @@ pub(crate) fn process_cqes(e: &Engine, ctx: &mut ThreadCtx, cqes: &[(u64, i32)])
                 ctx.ring.poll(ctx.event_fd, TOKEN_EVENT);
             }
             TOKEN_TIMEOUT => {}
+            crate::ring::TOKEN_REMOTE => {
+                let mut done = Vec::new();
+                if let Some(r) = ctx.remote.as_mut() {
+                    r.drain(&e.frames, &mut done);
+                    let fd = std::os::fd::AsRawFd::as_raw_fd(&r.event);
+                    ctx.ring.poll(fd, crate::ring::TOKEN_REMOTE);
+                }
+                for (op, res) in done {
+                    complete(e, ctx, op, res);
+                }
+            }
             t if t > crate::ring::TOKEN_POLL_BASE - 1_000_000
                 && t <= crate::ring::TOKEN_POLL_BASE =>
             {

@@ -217,7 +217,7 @@ fn queue_reads(
         let r = reads[i].0.clone();
         r.counters.read_requests.fetch_add(1, Relaxed);
         e.tiers
-            .submit(ctx, Op::new(OpKind::Read, r, pages, frames, reads[i].2));
+            .submit(e, ctx, Op::new(OpKind::Read, r, pages, frames, reads[i].2));
         i = j;
     }
 }
@@ -257,7 +257,7 @@ pub(crate) fn verify_read(
     op.region.counters.io_errors.fetch_add(1, Relaxed);
     if op.attempt + 1 < READ_TRIES {
         op.attempt += 1;
-        e.tiers.submit(ctx, op);
+        e.tiers.submit(e, ctx, op);
         return None;
     }
     if !full {

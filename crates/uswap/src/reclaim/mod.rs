@@ -19,7 +19,7 @@ pub(crate) use lists::{lru_add, push_inactive, ReclaimLists};
 use crate::budget::Room;
 use crate::engine::Engine;
 use crate::pagemap::RegionInner;
-use crate::ring::{TOKEN_EVENT, TOKEN_TIMEOUT};
+use crate::ring::TOKEN_TIMEOUT;
 use crate::threads::ThreadCtx;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -105,8 +105,10 @@ pub(crate) fn reclaim(e: &Engine, ctx: &mut ThreadCtx, target: i64) -> bool {
         }
         // Nothing droppable now: what remains is under I/O. Wait for our own writes;
         // other threads' complete on their rings.
-        if ctx.ring.inflight > 0 {
-            ctx.ring.wait();
+        if ctx.io_pending() {
+            if ctx.failed.is_empty() {
+                ctx.ring.wait();
+            }
             cqes.clear();
             ctx.ring.reap(&mut cqes);
             crate::fault::process_cqes(e, ctx, &cqes);
@@ -157,14 +159,14 @@ pub(crate) fn run(e: &Arc<Engine>, mut ctx: ThreadCtx) {
     // 256 MiB, --unit 2m: the first pass went from 1.5-1.8 s to 1.1-1.2 s. If it
     // falls behind, faults reclaim directly, as before.
     crate::sys::mem::set_thread_nice(19);
-    ctx.ring.poll(ctx.event_fd, TOKEN_EVENT);
+    ctx.arm_polls();
     let mut cqes = Vec::new();
     // A pass that could not reach its target (writeback refused, pages pinned) is
     // not repeated until something changes: a wake-up, a completion, or the
     // writeback pause ending.
     let mut futile = false;
     loop {
-        if e.threads.is_shutdown() && ctx.ring.inflight == 0 {
+        if e.threads.is_shutdown() && !ctx.io_pending() {
             break;
         }
         {

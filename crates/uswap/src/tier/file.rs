@@ -75,6 +75,8 @@ pub struct SwapFile {
     grow_lock: Mutex<()>,
     is_block: bool,
     rotational: Option<bool>,
+    /// Only names slots (the pages go to another tier): grown sparse, never written.
+    sparse: std::sync::atomic::AtomicBool,
 }
 
 fn swap_err(path: &Path, source: std::io::Error, hint: &str) -> Error {
@@ -139,6 +141,7 @@ impl SwapFile {
             grow_lock: Mutex::new(()),
             is_block,
             rotational,
+            sparse: std::sync::atomic::AtomicBool::new(false),
         };
         if let Some(cap) = sf.fixed {
             if cap == 0 {
@@ -248,6 +251,12 @@ impl SwapFile {
                 .count()
     }
 
+    /// From now on the file only names slots (their pages go to another tier): it
+    /// grows sparse and takes no disk space.
+    pub fn set_sparse(&self) {
+        self.sparse.store(true, Ordering::Relaxed);
+    }
+
     /// Where it lives, for messages.
     pub fn desc(&self) -> &Path {
         &self.desc
@@ -348,6 +357,9 @@ impl SwapFile {
             return Err(std::io::Error::from_raw_os_error(libc::EBADF));
         };
         let off = self.base * 4096;
+        if self.sparse.load(Ordering::Relaxed) {
+            return file.set_len(want - off);
+        }
         // SAFETY: fallocate on an fd we own, with a byte range.
         let r = unsafe { libc::fallocate(self.raw(), 0, (cap - off) as i64, (want - cap) as i64) };
         if r == 0 {

@@ -16,6 +16,7 @@
 
 pub(crate) mod compressed;
 pub(crate) mod file;
+pub(crate) mod remote;
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};
@@ -248,6 +249,8 @@ pub(crate) struct Tiers {
     /// Whether pages may be written to the back tier (not with `--tier compressed`,
     /// where the file only names slots and stays empty).
     pub(crate) back_writes: bool,
+    /// The remote tier: the back tier's pages go there (the file only names slots).
+    pub(crate) remote: Option<remote::Remote>,
     pub(crate) inflight: Inflight,
 }
 
@@ -256,14 +259,19 @@ impl Tiers {
     pub(crate) fn new(
         file: SwapFile,
         compressed: Option<compressed::Compressed>,
+        remote: Option<remote::Remote>,
         back_writes: bool,
         max_slots: u64,
     ) -> Tiers {
+        if remote.is_some() || !back_writes {
+            file.set_sparse();
+        }
         Tiers {
             meta: SlotMeta::new(max_slots),
             compressed,
             back: Back::File(RwLock::new(file)),
             back_writes,
+            remote,
             inflight: Inflight::default(),
         }
     }
@@ -303,13 +311,21 @@ impl Tiers {
     }
 
     /// Start `op` on the back tier, on this thread.
-    pub(crate) fn submit(&self, ctx: &mut ThreadCtx, op: Op) {
+    pub(crate) fn submit(&self, e: &Engine, ctx: &mut ThreadCtx, op: Op) {
         self.inflight.requests.fetch_add(1, Relaxed);
         if op.kind == OpKind::Write {
             self.inflight.writes.fetch_add(1, Relaxed);
             self.inflight
                 .write_pages
                 .fetch_add(op.pages.len() as i64, Relaxed);
+        }
+        if self.remote.is_some() {
+            match ctx.remote.as_mut() {
+                Some(rc) => rc.submit(&e.frames, op),
+                // No connection on this thread (a forked child): the request fails.
+                None => ctx.failed.push((op, -libc::EIO)),
+            }
+            return;
         }
         let loc = self.file().locate(op.slot);
         ctx.ring.queue(op, loc);
@@ -350,6 +366,9 @@ impl Tiers {
         }
         if e.slots.put(s) {
             self.meta.clear(s);
+            if let Some(r) = &self.remote {
+                r.release(&[s]);
+            }
         }
     }
 }
