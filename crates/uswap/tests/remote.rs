@@ -107,7 +107,7 @@ fn mix(mut z: u64) -> u64 {
 
 /// Pages of small numbers (compressible) and every third random.
 fn word(seed: u64, i: usize) -> u64 {
-    if (i / 512) % 3 == 0 {
+    if (i / 512).is_multiple_of(3) {
         mix(seed ^ i as u64)
     } else {
         (seed + (i % 61) as u64) & 0xfff
