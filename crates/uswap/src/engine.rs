@@ -264,10 +264,12 @@ impl Engine {
                 self.budget.pages_in(Gauge::Cached),
             );
             let entries = self.cache.len();
-            if leaked > 0 || resident != 0 || cached != 0 || entries > 0 {
+            let frames = self.frames.in_use_pages();
+            if leaked > 0 || resident != 0 || cached != 0 || entries > 0 || frames > 0 {
                 bad.push(format!(
                     "no region is alive but {leaked} slots (besides bad ones) are in use, \
-                     {resident} pages resident, {cached} cached, {entries} swap cache entries"
+                     {resident} pages resident, {cached} cached, {entries} swap cache \
+                     entries, {frames} frames in use"
                 ));
             }
         }

@@ -312,6 +312,11 @@ impl Frames {
         );
     }
 
+    /// Frames handed out now, in 4 KiB pages.
+    pub(crate) fn in_use_pages(&self) -> u64 {
+        self.in_use.load(Relaxed)
+    }
+
     /// After fork, in the child: every frame is free and empty (the child's copies
     /// of the parent's frames are zapped; nothing of the parent's I/O lands here).
     pub(crate) fn reset_after_fork(&self, zapper: &Zapper) {
