@@ -52,6 +52,8 @@ pub struct FaultLatency {
     pub size: u64,
     pub fault_threads: usize,
     pub spin_us: u32,
+    pub fault_mode: &'static str,
+    pub io_poll_us: u32,
     pub major_fault: Sample,
     pub swapcache_hit: Sample,
     pub pread: Sample,
@@ -233,6 +235,8 @@ pub fn run(args: &BenchArgs) -> Result<FaultLatency, String> {
         size: args.size,
         fault_threads: args.fault_threads,
         spin_us: args.spin_us,
+        fault_mode: args.fault_mode.name(),
+        io_poll_us: args.io_poll_us,
         major_minus_pread_p50_us: m.p50_us - p.p50_us,
         major_fault: m,
         swapcache_hit: Sample::of(&h_hit),
@@ -254,9 +258,15 @@ pub fn main(args: &BenchArgs) -> i32 {
         println!("{}", serde_json::to_string(&r).expect("serializable"));
     } else {
         println!(
-            "fault-latency: {} region, budget {}, 4 KiB units, {} fault thread(s)",
+            "fault-latency: {} region, budget {}, 4 KiB units, fault mode {}{}, {} fault thread(s)",
             uswap::format_size(r.size),
             uswap::format_size(r.budget),
+            r.fault_mode,
+            if r.io_poll_us > 0 {
+                format!(" (completion polling {} µs)", r.io_poll_us)
+            } else {
+                String::new()
+            },
             r.fault_threads
         );
         println!(

@@ -236,6 +236,22 @@ impl Engine {
     /// What `Pool::check_invariants` reports: inconsistencies the engine counted, dead
     /// threads, and (when no region is alive and no I/O is in flight) leaks. The flag:
     /// no region is alive but I/O is still in flight (the leak check was not made).
+    /// Insert the entry of a slot whose cache claim the caller holds (the slot is its
+    /// page's, under the unit lock): an entry already there is an engine bug, said once.
+    pub(crate) fn cache_insert(
+        &self,
+        what: &str,
+        slot: crate::slots::Slot,
+        entry: crate::swap_cache::Entry,
+    ) {
+        if !self.cache.insert(slot, entry) {
+            self.diag.internal(&format!(
+                "{what}: slot {slot} already has a swap cache entry ({:?})",
+                self.cache.get(slot)
+            ));
+        }
+    }
+
     pub(crate) fn invariant_errors(&self) -> (Vec<String>, bool) {
         use crate::budget::Gauge;
         let mut bad = Vec::new();

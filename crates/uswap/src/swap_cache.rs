@@ -165,6 +165,7 @@ impl SwapCache {
 
     /// Insert an entry for a read ahead or a write; false (and nothing changed) if the
     /// slot is already cached.
+    #[must_use]
     pub fn insert(&self, slot: Slot, entry: Entry) -> bool {
         let mut s = self.shard(slot);
         if s.contains_key(&slot) {

@@ -256,7 +256,7 @@ fn queue_unit_read(
         en.readahead = fault.is_none();
         en.waiters = waits;
         en.write = waits && fault.is_some_and(|(_, w)| w);
-        e.cache.insert(s, en);
+        e.cache_insert("unit read", s, en);
         e.slots.set_cache(s);
     }
     e.budget.charge(Gauge::Cached, UNIT_PAGES as i64);

@@ -181,7 +181,8 @@ pub(crate) fn write_run(
     let by_slot = r.policy.readahead == ReadaheadPolicy::Cluster;
     for (k, (&p, &f)) in pages.iter().zip(frames).enumerate() {
         let s = first + k as Slot;
-        e.cache.insert(
+        e.cache_insert(
+            "write",
             s,
             Entry::new(
                 Owner {

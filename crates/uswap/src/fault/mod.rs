@@ -340,7 +340,8 @@ pub(crate) fn map_from_frames(
                     region: r.id,
                     page: page + (k + j) as u64,
                 };
-                e.cache.insert(
+                e.cache_insert(
+                    "unmapped unit copy",
                     s,
                     crate::swap_cache::Entry::new(
                         owner,
@@ -457,8 +458,15 @@ pub(crate) fn process_cqes(e: &Engine, ctx: &mut ThreadCtx, cqes: &[(u64, i32)])
 }
 
 /// One back-tier request finished with `res` (bytes, or -errno).
-pub(crate) fn complete(e: &Engine, ctx: &mut ThreadCtx, op: Op, mut res: i32) {
-    e.tiers.finished(&op);
+pub(crate) fn complete(e: &Engine, ctx: &mut ThreadCtx, op: Op, res: i32) {
+    // The request counts as in flight until its completion is fully handled (frames
+    // freed, entries gone): `check_invariants` reads "nothing in flight" as "settled".
+    let done = crate::tier::Finished::of(&op);
+    handle_completion(e, ctx, op, res);
+    e.tiers.finished(done);
+}
+
+fn handle_completion(e: &Engine, ctx: &mut ThreadCtx, op: Op, mut res: i32) {
     let inj = e.cfg.inject;
     let hit = |every: u64, n: u64| every > 0 && n.is_multiple_of(every);
     // Injected short I/O shortens the result (half the bytes, whole pages).

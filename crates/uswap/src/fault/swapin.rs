@@ -60,7 +60,7 @@ pub(super) fn swap_in(
                 let mut en = Entry::new(Owner { region: r.id, page }, CacheState::Reading, frame);
                 en.waiters = true;
                 en.write = write;
-                e.cache.insert(slot, en);
+                e.cache_insert("swap-in read", slot, en);
                 e.slots.set_cache(slot);
                 e.budget.charge(Gauge::Cached, 1);
                 let mut reads = vec![(r.clone(), page, slot, frame)];

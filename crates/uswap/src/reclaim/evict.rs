@@ -189,7 +189,8 @@ fn evict_unit(
                     .meta
                     .hash_matches(s, crate::tier::page_hash(e.frames.page(f))) =>
             {
-                e.cache.insert(
+                e.cache_insert(
+                    "clean eviction",
                     s,
                     Entry::new(
                         Owner {

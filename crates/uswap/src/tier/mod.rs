@@ -338,14 +338,14 @@ impl Tiers {
         self.inflight.write_pages.store(0, Relaxed);
     }
 
-    /// A request of `op`'s kind finished (whatever its result).
-    pub(crate) fn finished(&self, op: &Op) {
+    /// A request finished (whatever its result) and its completion was handled.
+    pub(crate) fn finished(&self, done: Finished) {
         self.inflight.requests.fetch_sub(1, Relaxed);
-        if op.kind == OpKind::Write {
+        if done.write {
             self.inflight.writes.fetch_sub(1, Relaxed);
             self.inflight
                 .write_pages
-                .fetch_sub(op.pages.len() as i64, Relaxed);
+                .fetch_sub(done.pages as i64, Relaxed);
         }
     }
 
@@ -376,4 +376,20 @@ impl Tiers {
 /// The checksum of one page (xxh3, 64 bits).
 pub(crate) fn page_hash(bytes: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(bytes)
+}
+
+/// What the in-flight counts forget once a request's completion has been handled.
+#[derive(Clone, Copy)]
+pub(crate) struct Finished {
+    write: bool,
+    pages: usize,
+}
+
+impl Finished {
+    pub(crate) fn of(op: &Op) -> Finished {
+        Finished {
+            write: op.kind == OpKind::Write,
+            pages: op.pages.len(),
+        }
+    }
 }
