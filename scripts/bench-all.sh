@@ -50,7 +50,7 @@ fio_rw2() { # name: a sequential reader and a sequential writer at once (2 MiB, 
       --name=read --filename="$f" --rw=read --name=write --filename="$g" --rw=write > "$OUT/fio-$1.json" 2>/dev/null
   rm -f "$f" "$g"
 }
-SECTIONS=${SECTIONS:-"disk vm core units readahead against headline"}
+SECTIONS=${SECTIONS:-"disk vm core units readahead against headline faultpath tiers remote integrity runtimes"}
 for s in $SECTIONS; do case $s in
 disk)
   fio_run seqwrite write 2M 4
@@ -121,6 +121,77 @@ headline)
   fio_run seqwrite-after write 2M 4
   fio_fresh seqwrite-fresh-after
   fio_run seqread-after read 2M 4
+  ;;
+faultpath)
+  # Issue 18. What one 4 KiB fault costs on each fault path, alternating, 3 runs each:
+  # the handler thread (blocks in io_uring_enter), the handler polling its completion
+  # queue for up to 50 us while a read is out, and the faulting thread itself (SIGBUS).
+  for i in 1 2 3; do
+    run "fl-handler-$i" $U bench fault-latency --size 1G --budget 256M --fault-mode handler --json
+    run "fl-poll50-$i" $U bench fault-latency --size 1G --budget 256M --fault-mode handler --io-poll-us 50 --json
+    run "fl-inthread-$i" $U bench fault-latency --size 1G --budget 256M --fault-mode in-thread --json
+  done
+  # pmbench on each path, uswap only, alternating (which path the kernel comparison uses).
+  for i in 1 2 3; do
+    run "fp-mode-handler-$i" $U bench pmbench --size 1G --budget 256M --unit 4k --duration $DUR --fault-mode handler --json
+    run "fp-mode-poll50-$i" $U bench pmbench --size 1G --budget 256M --unit 4k --duration $DUR --fault-mode handler --io-poll-us 50 --json
+    run "fp-mode-inthread-$i" $U bench pmbench --size 1G --budget 256M --unit 4k --duration $DUR --fault-mode in-thread --json
+  done
+  # Against the kernel's swap file, same disk, same memcg limit (FAULT_OPTS: the path).
+  for sb in 2G:512M 1G:256M; do for t in 1 4; do
+    run "fp-pmbench-${sb%%:*}-t$t" $U bench pmbench --size ${sb%%:*} --budget ${sb##*:} --threads $t --unit 4k --duration $DUR ${FAULT_OPTS:-} --against kernel --repeat $REPEAT --json --plot "$OUT/fp-pmbench-${sb%%:*}-t$t.png"
+  done; done
+  for w in seq-read swap-w-seq; do
+    run "fp-$w-4k" $U bench $w --size 1G --budget 256M --unit 4k ${FAULT_OPTS:-} --against kernel --repeat $REPEAT --json --plot "$OUT/fp-$w-4k.png"
+  done
+  run "fp-swap-w-seq-2m" $U bench swap-w-seq --size 1G --budget 256M --unit 2m --against kernel --repeat $REPEAT --json --plot "$OUT/fp-swap-w-seq-2m.png"
+  ;;
+tiers)
+  # Issue 12: the compressed tier against zswap and zram, mixed data, 1 GiB / 256 MiB.
+  for t in file compressed+file; do
+    run "tiers-pmbench-$t-zswap" $U bench pmbench --size 1G --budget 256M --unit 4k --duration $DUR --data mixed --tier $t --against zswap --repeat $REPEAT --json --plot "$OUT/tiers-pmbench-$t-zswap.png"
+  done
+  for t in compressed compressed+file; do
+    run "tiers-pmbench-$t-zram" $U bench pmbench --size 1G --budget 256M --unit 4k --duration $DUR --data mixed --tier $t --against zram --repeat $REPEAT --json --plot "$OUT/tiers-pmbench-$t-zram.png"
+  done
+  # swap-w-seq 2m, file alone against compressed+file, alternating (bytes written: counters).
+  for i in 1 2 3; do for t in file compressed+file; do
+    run "tiers-swap-w-seq-2m-$t-$i" $U bench swap-w-seq --size 1G --budget 256M --unit 2m --data mixed --tier $t --json
+  done; done
+  ;;
+remote)
+  # Issue 14: a local Redis Cluster (3 primaries + 3 replicas on loopback).
+  RDIR=$(mktemp -d /tmp/uswap-bench-redis.XXXXXX)
+  if scripts/redis-cluster.sh start --dir "$RDIR/c" --base-port 22500 > "$OUT/remote-cluster.txt"; then
+    NODES=$(sed 's|^|redis://|' "$RDIR/c/nodes" | paste -sd,)
+    for i in 1 2 3; do
+      run "remote-fl-$i" $U bench fault-latency --size 256M --budget 64M --tier remote --remote "$NODES" --json
+      run "remote-swap-w-seq-2m-$i" $U bench swap-w-seq --size 1G --budget 256M --unit 2m --tier remote --remote "$NODES" --json
+      run "remote-pmbench-$i" $U bench pmbench --size 1G --budget 256M --unit 4k --duration $DUR --tier remote --remote "$NODES" --json
+      run "file-fl-$i" $U bench fault-latency --size 256M --budget 64M --json
+    done
+  else
+    log "  redis cluster did not start: remote section skipped"
+  fi
+  scripts/redis-cluster.sh stop --dir "$RDIR/c" > /dev/null 2>&1; rm -rf "$RDIR"
+  ;;
+integrity)
+  # Issue 17: encryption at rest against plain (checksums always on), alternating.
+  for i in 1 2 3; do for enc in "" "--encrypt"; do
+    tag=${enc:+-enc}; tag=${tag:--plain}
+    run "int-swap-w-seq-2m$tag-$i" $U bench swap-w-seq --size 1G --budget 256M --unit 2m $enc --json
+    run "int-pmbench-4k$tag-$i" $U bench pmbench --size 1G --budget 256M --unit 4k --duration $DUR $enc --json
+    run "int-seq-read-2m$tag-$i" $U bench seq-read --size 1G --budget 256M --unit 2m $enc --json
+  done; done
+  ;;
+runtimes)
+  # Issues 13 and 15: unmodified programs under kernel swap and under uswap, same memcg limit.
+  if command -v node > /dev/null; then
+    run "run-node-bufs" $U run --budget 256M --against kernel --repeat $REPEAT --json -- node crates/uswap-cli/tests/progs/bufs.js
+  fi
+  if [ -x target/py-venv/bin/python ]; then
+    run "run-numpy-4x" $U run --budget 256M --against kernel --repeat $REPEAT --direct --json -- target/py-venv/bin/python python/bench/numpy_4x.py --budget 256M --json
+  fi
   ;;
 esac; done
 log "done"

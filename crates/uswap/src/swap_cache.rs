@@ -332,7 +332,7 @@ mod tests {
     fn writeback_then_fault_waits_then_reclaim_only_clean() {
         let c = SwapCache::new(1 << 20);
         let w = Entry::new(O, CacheState::Writing, 0x3000);
-        c.insert(5, w);
+        assert!(c.insert(5, w));
         assert_eq!(
             c.remove_clean(5),
             None,
@@ -340,7 +340,7 @@ mod tests {
         );
         c.complete_io(5);
         assert!(c.remove_clean(5).is_some());
-        c.insert(6, w);
+        assert!(c.insert(6, w));
         assert_eq!(c.fault_lookup(6, true), Lookup::InFlight);
         let e = c.complete_io(6).unwrap();
         assert!(
@@ -352,11 +352,11 @@ mod tests {
     #[test]
     fn orphans_stay_until_their_io_completes() {
         let c = SwapCache::new(1 << 20);
-        c.insert(7, Entry::new(O, CacheState::Writing, 0x4000));
+        assert!(c.insert(7, Entry::new(O, CacheState::Writing, 0x4000)));
         assert_eq!(c.orphan(7), None, "in flight: stays, marked");
         assert!(c.get(7).unwrap().orphan);
         assert_eq!(c.remove_clean(7), None, "reclaim never takes an orphan");
-        c.insert(8, Entry::new(O, CacheState::Clean, 0x5000));
+        assert!(c.insert(8, Entry::new(O, CacheState::Clean, 0x5000)));
         assert_eq!(c.orphan(8).map(|e| e.frame), Some(0x5000), "clean: removed");
         assert!(c.get(8).is_none());
     }

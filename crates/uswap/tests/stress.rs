@@ -34,8 +34,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 use uswap::{
-    FaultInjection, Pool, ReadaheadPolicy, Region, RegionOptions, StaleSlotPolicy, UnitPolicy,
-    PAGE_SIZE, UNIT_PAGES,
+    FaultInjection, Pool, ReadaheadPolicy, Region, RegionOptions, StaleSlotPolicy, TierKind,
+    UnitPolicy, PAGE_SIZE, UNIT_PAGES,
 };
 
 const MIB: u64 = 1 << 20;
@@ -63,6 +63,8 @@ struct Config {
     /// Finds issue 11's defects on the pre-rewrite engine (in seconds to minutes): run
     /// only by `stress_with_issue11_patterns` (or when named in USWAP_STRESS_CONFIG).
     issue11: bool,
+    /// Where evicted pages go; with a compressed tier the pages are written compressible.
+    tier: TierKind,
 }
 
 const ALL_RA: &[ReadaheadPolicy] = &[
@@ -86,6 +88,7 @@ fn configs() -> Vec<Config> {
         region_mib: (4, 24),
         fork_ms: 0,
         issue11: false,
+        tier: TierKind::File,
     };
     vec![
         Config {
@@ -140,6 +143,15 @@ fn configs() -> Vec<Config> {
             regions: 3,
             region_mib: (4, 16),
             fork_ms: 1500,
+            ..base
+        },
+        Config {
+            // Compressed RAM in front of the file (a quarter of the budget, so that
+            // writeback to the file runs all the time), forks now and then.
+            name: "compressed",
+            budget_mib: 24,
+            fork_ms: 4000,
+            tier: TierKind::CompressedFile,
             ..base
         },
     ]
@@ -278,11 +290,17 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// What word `w` of `page` of region `id` holds at generation `gen`.
+/// Which bits of each word carry the pattern (fewer: compressible pages). Set per round;
+/// rounds run one at a time, and a forked child keeps its parent's.
+static WORD_MASK: AtomicU64 = AtomicU64::new(u64::MAX);
+
 fn word(id: u64, page: usize, gen: u64, w: usize) -> u64 {
     if gen == 0 {
         return 0;
     }
-    mix(mix(id.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (page as u64) << 24 ^ gen) ^ w as u64)
+    let v = mix(mix(id.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (page as u64) << 24 ^ gen) ^ w as u64);
+    // Never 0 for a written page: 0 reads as "lost" in the reports.
+    (v & WORD_MASK.load(Relaxed)) | 1
 }
 
 impl RegionModel {
@@ -904,7 +922,18 @@ fn round(t: &Test, k: u64, cfg: &Config, seed: u64, secs: u64, threads: usize, i
             .fault_threads(cfg.fault_threads)
             .readahead_units(cfg.readahead_units)
             .stale_slot_policy(cfg.stale)
-            .inject_io_errors(cfg.inject),
+            .inject_io_errors(cfg.inject)
+            .tier(cfg.tier)
+            .compressed_max_percent(25),
+    );
+    // Pages compress about 3:1 on a compressed tier (random words otherwise).
+    WORD_MASK.store(
+        if cfg.tier == TierKind::File {
+            u64::MAX
+        } else {
+            0x00FF_00FF
+        },
+        Relaxed,
     );
     let t0 = Instant::now();
     let wd = World {
@@ -965,7 +994,7 @@ fn round(t: &Test, k: u64, cfg: &Config, seed: u64, secs: u64, threads: usize, i
         .collect();
     say(&format!(
         "stress round {k}: {} seed {seed}: {:.1} s, {} ops ({}), {} forks; pswpout {} pswpin {} \
-         thp_swpout {} thp_swpin {} swap_ra {} io_errors {} peak {} MiB",
+         thp_swpout {} thp_swpin {} swap_ra {} io_errors {} zswpout {} zswpin {} zswpwb {} peak {} MiB",
         cfg.name,
         t0.elapsed().as_secs_f64(),
         wd.seq.load(Relaxed),
@@ -977,11 +1006,19 @@ fn round(t: &Test, k: u64, cfg: &Config, seed: u64, secs: u64, threads: usize, i
         c.thp_swpin,
         c.swap_ra,
         c.io_errors,
+        c.zswpout,
+        c.zswpin,
+        c.zswpwb,
         c.peak_used_bytes >> 20
     ));
     if let Some(f) = lock(&wd.failure).take() {
         panic!("{f}");
     }
+    assert!(
+        cfg.tier == TierKind::File || (c.zswpout > 0 && c.zswpin > 0 && c.zswpwb > 0),
+        "stress round {k} ({}): the compressed tier was not exercised",
+        cfg.name
+    );
     assert!(
         c.pswpout > 0 && c.pswpin > 0,
         "round {k} ({}) did not swap: {c:?}",
