@@ -205,4 +205,150 @@ for back, units, wls in [("kernel", ["4k", "2m"], ALL),
               f"{f(ratio, 2)}× | {n(vm.get('pswpout'))} / {n(vm.get('thp_swpout'))} / {n(vm.get('swap_ra_hit'))} | "
               f"[png](bench-data/{name}.png) |")
 w("")
+
+
+def med(xs):
+    xs = sorted(x for x in xs if x is not None)
+    return xs[len(xs) // 2] if xs else None
+
+
+def runs(prefix, k=3):
+    return [r for r in (load(f"{prefix}-{i}") for i in range(1, k + 1)) if r]
+
+
+def verify_all(rs):
+    return "ok" if rs and all(r.get("verify") == "ok" for r in rs) else ("—" if not rs else "FAILED")
+
+
+def against_row(name, label, key):
+    a = load(name)
+    if not a:
+        return None
+    k, us = a.get("kernel", {}), a.get("uswap", {})
+    km, um = k.get("median", {}), us.get("median", {})
+    kv, uv = km.get(key), um.get(key)
+    ratio = (uv / kv) if kv and uv else None
+    killed = k.get("oom_killed_runs") or 0
+    kcell = f(kv, 0) + (f" (OOM-killed {killed}×)" if killed else "")
+    lat = ""
+    if key == "accesses_per_s":
+        lat = (f" | {f(km.get('lat_p50_us'))} / {f(um.get('lat_p50_us'))} µs"
+               f" | {f(km.get('lat_p99_us'))} / {f(um.get('lat_p99_us'))} µs")
+    return (f"| {label} | {kcell} | {f(uv, 0)} | **{f(ratio, 2)}×**{lat} | "
+            f"{f(km.get('memcg_peak_MiB'), 0)} / {f(um.get('memcg_peak_MiB'), 0)} MiB | [png](bench-data/{name}.png) |")
+
+
+fl = {m: runs(f"fl-{m}") for m in ["handler", "poll50", "inthread"]}
+if any(fl.values()):
+    w("### The fault path (issue 18): what one 4 KiB fault costs\n")
+    w("`uswap bench fault-latency --size 1G --budget 256M` (4 KiB units): faults on pages swapped "
+      "to the file, swap-cache hits, and O_DIRECT 4 KiB preads of the same disk, interleaved in one "
+      "run; medians over 3 alternating runs of each run's p50 / p99.\n")
+    w("| fault path | major fault p50 / p99 | pread p50 / p99 | major − pread (p50) | swap-cache hit p50 | verify |\n|---|---|---|---|---|---|")
+    for m, label in [("handler", "handler thread, blocks in io_uring_enter (default)"),
+                     ("poll50", "handler thread, polls its completion queue ≤ 50 µs (`--io-poll-us 50`)"),
+                     ("inthread", "the faulting thread itself (`--fault-mode in-thread`, SIGBUS)")]:
+        rs = fl[m]
+        if not rs:
+            continue
+        g = lambda part, q: med([r[part][q] for r in rs])
+        w(f"| {label} | {f(g('major_fault', 'p50_us'))} / {f(g('major_fault', 'p99_us'))} µs | "
+          f"{f(g('pread', 'p50_us'))} / {f(g('pread', 'p99_us'))} µs | "
+          f"{f(med([r['major_minus_pread_p50_us'] for r in rs]))} µs | "
+          f"{f(g('swapcache_hit', 'p50_us')) if g('swapcache_hit', 'n') else '—'} µs | {verify_all(rs)} |")
+    w("")
+fm = {m: runs(f"fp-mode-{m}") for m in ["handler", "poll50", "inthread"]}
+if any(fm.values()):
+    w("pmbench 80/20, 1 GiB / 256 MiB, 4 KiB units, 1 thread, uswap alone, the three paths alternating "
+      "(medians of 3):\n")
+    w("| fault path | accesses/s | p50 | p99 | verify |\n|---|---|---|---|---|")
+    for m, label in [("handler", "handler (default)"), ("poll50", "handler + `--io-poll-us 50`"),
+                     ("inthread", "`--fault-mode in-thread`")]:
+        rs = fm[m]
+        if rs:
+            w(f"| {label} | {n(med([r['accesses_per_s'] for r in rs]))} | {f(med([r['lat_p50_us'] for r in rs]))} µs | "
+              f"{f(med([r['lat_p99_us'] for r in rs]))} µs | {verify_all(rs)} |")
+    w("")
+rows = [against_row(f"fp-pmbench-{sz}-t{t}", f"pmbench 80/20, {sz.replace('G', ' GiB')} / {bg}, {t} thread{'s' if t > 1 else ''}",
+                    "accesses_per_s") for sz, bg in [("2G", "512 MiB"), ("1G", "256 MiB")] for t in [1, 4]]
+rows = [r for r in rows if r]
+if rows:
+    w("Against the kernel's swap file (same disk, same memcg limit = budget + 64 MiB, medians of 3 "
+      "alternating runs per side; kernel / uswap):\n")
+    w("| workload | kernel accesses/s | uswap accesses/s | uswap/kernel | p50 kernel / uswap | p99 kernel / uswap | memcg peak | plot |\n|---|---|---|---|---|---|---|---|")
+    out.extend(rows)
+    w("")
+rows = [against_row(nm, lb, "throughput_MBps") for nm, lb in
+        [("fp-seq-read-4k", "seq-read, `--unit 4k`, 1 GiB / 256 MiB"),
+         ("fp-swap-w-seq-4k", "swap-w-seq, `--unit 4k`, 1 GiB / 256 MiB"),
+         ("fp-swap-w-seq-2m", "swap-w-seq, `--unit 2m`, 1 GiB / 256 MiB")]]
+rows = [r for r in rows if r]
+if rows:
+    w("| workload | kernel MB/s | uswap MB/s | uswap/kernel | memcg peak | plot |\n|---|---|---|---|---|---|")
+    out.extend(rows)
+    w("")
+
+rows = [against_row(f"tiers-pmbench-{t}-{b}", f"{t} against {b}", "accesses_per_s")
+        for t, b in [("file", "zswap"), ("compressed+file", "zswap"), ("compressed", "zram"), ("compressed+file", "zram")]]
+rows = [r for r in rows if r]
+if rows:
+    w("### Tiers (issue 12): compressed RAM against zswap and zram\n")
+    w("pmbench 80/20, 1 GiB / 256 MiB, 4 KiB units, `--data mixed`, medians of 3 alternating runs per side. "
+      "The compressed pool is inside uswap's budget; see the run's header in the `.err` file for how the "
+      "kernel side's zram memory was counted.\n")
+    w("| uswap tier against kernel | kernel accesses/s | uswap accesses/s | uswap/kernel | p50 kernel / uswap | p99 kernel / uswap | memcg peak | plot |\n|---|---|---|---|---|---|---|---|")
+    out.extend(rows)
+    w("")
+tw = {t: runs(f"tiers-swap-w-seq-2m-{t}") for t in ["file", "compressed+file"]}
+if any(tw.values()):
+    w("swap-w-seq, `--unit 2m`, 1 GiB / 256 MiB, `--data mixed`, alternating, medians of 3 "
+      "(disk writes = pswpout × 4 KiB):\n")
+    w("| tier | MB/s | written to disk | zswpout / zswpwb | verify |\n|---|---|---|---|---|")
+    for t, rs in tw.items():
+        if rs:
+            c = lambda k: med([(r.get("counters") or {}).get(k) for r in rs])
+            w(f"| {t} | {n(med([r['throughput_MBps'] for r in rs]))} | {mib((c('pswpout') or 0) * 4096)} | "
+              f"{n(c('zswpout'))} / {n(c('zswpwb'))} | {verify_all(rs)} |")
+    w("")
+
+rf, rw_, rp, ff = runs("remote-fl"), runs("remote-swap-w-seq-2m"), runs("remote-pmbench"), runs("file-fl")
+if rf or rw_ or rp:
+    w("### Remote tier (issue 14): a local Redis Cluster\n")
+    try:
+        nodes = open(os.path.join(D, "remote-cluster.txt")).read().split()
+    except OSError:
+        nodes = []
+    w(f"3 primaries + 3 replicas (`scripts/redis-cluster.sh start`), on loopback of the same VM "
+      f"({len(nodes)} nodes: {', '.join(nodes)}); medians of 3 alternating runs.\n")
+    w("| workload | remote | file tier (same sitting) | verify |\n|---|---|---|---|")
+    if rf:
+        g = lambda rs, q: med([r["major_fault"][q] for r in rs])
+        w(f"| fault-latency, 4 KiB major fault p50 / p99 (256 MiB / 64 MiB) | {f(g(rf, 'p50_us'))} / {f(g(rf, 'p99_us'))} µs | "
+          f"{f(g(ff, 'p50_us')) if ff else '—'} / {f(g(ff, 'p99_us')) if ff else '—'} µs | {verify_all(rf)} |")
+    if rw_:
+        w(f"| swap-w-seq `--unit 2m`, 1 GiB / 256 MiB | {n(med([r['throughput_MBps'] for r in rw_]))} MB/s | — | {verify_all(rw_)} |")
+    if rp:
+        w(f"| pmbench 80/20, 1 GiB / 256 MiB | {n(med([r['accesses_per_s'] for r in rp]))} accesses/s, p50 "
+          f"{f(med([r['lat_p50_us'] for r in rp]))} µs | — | {verify_all(rp)} |")
+    w("")
+
+ig = [(wl, lab, key) for wl, lab, key in [("swap-w-seq-2m", "swap-w-seq `--unit 2m`", "throughput_MBps"),
+                                          ("pmbench-4k", "pmbench 80/20 `--unit 4k`", "accesses_per_s"),
+                                          ("seq-read-2m", "seq-read `--unit 2m`", "throughput_MBps")]]
+if any(runs(f"int-{wl}-plain") for wl, _, _ in ig):
+    w("### Integrity (issue 17): encryption at rest\n")
+    w("1 GiB / 256 MiB, alternating plain / `--encrypt`, medians of 3 (checksums are on in both).\n")
+    w("| workload | plain | `--encrypt` | encrypted / plain | verify |\n|---|---|---|---|---|")
+    for wl, lab, key in ig:
+        a, b = runs(f"int-{wl}-plain"), runs(f"int-{wl}-enc")
+        va, vb = med([r.get(key) for r in a]), med([r.get(key) for r in b])
+        w(f"| {lab} | {n(va)} | {n(vb)} | {f(vb / va if va and vb else None, 2)}× | {verify_all(a + b)} |")
+    w("")
+
+for name, label in [("run-node-bufs", "Node.js, 1,024 Buffers of 1 MiB (`crates/uswap-cli/tests/progs/bufs.js`), `uswap run --budget 256M`"),
+                    ("run-numpy-4x", "NumPy, an int64 array 4× the budget (`python/bench/numpy_4x.py --budget 256M`)")]:
+    a = load(name)
+    if a:
+        w(f"- {label}: `{cmd(name)}` → `{json.dumps(a.get('ratio', a.get('ratios')))}` (full JSON in bench-data/{name}.json)")
+w("")
 print("\n".join(out))
