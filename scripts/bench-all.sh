@@ -50,7 +50,7 @@ fio_rw2() { # name: a sequential reader and a sequential writer at once (2 MiB, 
       --name=read --filename="$f" --rw=read --name=write --filename="$g" --rw=write > "$OUT/fio-$1.json" 2>/dev/null
   rm -f "$f" "$g"
 }
-SECTIONS=${SECTIONS:-"disk vm core units readahead against headline faultpath tiers remote integrity runtimes"}
+SECTIONS=${SECTIONS:-"disk vm core units readahead against headline faultpath tiers remote checksum integrity runtimes"}
 for s in $SECTIONS; do case $s in
 disk)
   fio_run seqwrite write 2M 4
@@ -174,6 +174,11 @@ remote)
     log "  redis cluster did not start: remote section skipped"
   fi
   scripts/redis-cluster.sh stop --dir "$RDIR/c" > /dev/null 2>&1; rm -rf "$RDIR"
+  ;;
+checksum)
+  # Issue 17: what a page checksum costs on this CPU (xxh3, used, against crc32c).
+  log "hash-cost"
+  cargo run --release -q --manifest-path scripts/hash-cost/Cargo.toml > "$OUT/hash-cost.txt" 2>&1
   ;;
 integrity)
   # Issue 17: encryption at rest against plain (checksums always on), alternating.

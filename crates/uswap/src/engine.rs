@@ -285,7 +285,8 @@ impl Engine {
                 bad.push(format!(
                     "no region is alive but {leaked} slots (besides bad ones) are in use, \
                      {resident} pages resident, {cached} cached, {entries} swap cache \
-                     entries, {frames} frames in use"
+                     entries, {frames} frames in use ({})",
+                    self.frames.in_use_by_site()
                 ));
             }
         }

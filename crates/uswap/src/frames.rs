@@ -22,7 +22,7 @@ use crate::error::Result;
 use crate::sys::mem::{map_aligned, unmap, Zapper};
 use crate::sys::uffd::{Uffd, REGISTER_WP};
 use crate::{PAGE_SIZE, UNIT_PAGES, UNIT_SIZE};
-use std::sync::atomic::{AtomicU16, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU16, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::Mutex;
 
 /// Free/used bits of an arena's frames, with a next-fit hint.
@@ -144,6 +144,32 @@ impl Drop for Arena {
     }
 }
 
+/// Who took a frame: a frame held with no region alive is a leak, and the report
+/// names where it came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Site {
+    SwapIn = 1,
+    Readahead,
+    InThread,
+    UnitRead,
+    Compressed,
+    Evict,
+    FirstTouch,
+}
+
+impl Site {
+    const ALL: [Site; 7] = [
+        Site::SwapIn,
+        Site::Readahead,
+        Site::InThread,
+        Site::UnitRead,
+        Site::Compressed,
+        Site::Evict,
+        Site::FirstTouch,
+    ];
+}
+
 /// The pool's frames.
 pub(crate) struct Frames {
     small: Arena,
@@ -153,6 +179,9 @@ pub(crate) struct Frames {
     huge_live: Box<[AtomicU16]>,
     /// Frames handed out now (4 KiB units), for diagnostics.
     in_use: AtomicU64,
+    /// Who took each 4 KiB frame and each 2 MiB frame (`Site`), for diagnostics.
+    small_site: Box<[AtomicU8]>,
+    huge_site: Box<[AtomicU8]>,
 }
 
 impl Frames {
@@ -169,6 +198,10 @@ impl Frames {
             huge,
             huge_live: (0..units).map(|_| AtomicU16::new(0)).collect(),
             in_use: AtomicU64::new(0),
+            small_site: (0..pages + 4 * UNIT_PAGES)
+                .map(|_| AtomicU8::new(0))
+                .collect(),
+            huge_site: (0..units).map(|_| AtomicU8::new(0)).collect(),
         })
     }
 
@@ -181,13 +214,16 @@ impl Frames {
 
     /// Up to `n` 4 KiB frames as runs of consecutive frames, appended to `out` as
     /// `(addr, pages)`; returns how many (fewer only when the arena is exhausted).
-    pub(crate) fn alloc(&self, n: usize, out: &mut Vec<(usize, usize)>) -> usize {
+    pub(crate) fn alloc(&self, n: usize, out: &mut Vec<(usize, usize)>, site: Site) -> usize {
         let mut got = 0;
         let mut m = self.small.map();
         while got < n {
             let Some((first, len)) = m.alloc_run(n - got) else {
                 break;
             };
+            for i in first..first + len {
+                self.small_site[i].store(site as u8, Relaxed);
+            }
             out.push((self.small.base + first * PAGE_SIZE, len));
             got += len;
         }
@@ -196,15 +232,16 @@ impl Frames {
     }
 
     /// One 4 KiB frame.
-    pub(crate) fn alloc_one(&self) -> Option<usize> {
+    pub(crate) fn alloc_one(&self, site: Site) -> Option<usize> {
         let mut v = Vec::with_capacity(1);
-        (self.alloc(1, &mut v) == 1).then(|| v[0].0)
+        (self.alloc(1, &mut v, site) == 1).then(|| v[0].0)
     }
 
     /// One 2 MiB frame (THP-backed once populated) for a whole unit; all its pages
     /// count as owned until given back with [`Frames::free`].
-    pub(crate) fn alloc_huge(&self) -> Option<usize> {
+    pub(crate) fn alloc_huge(&self, site: Site) -> Option<usize> {
         let (i, _) = self.huge.map().alloc_run(1)?;
+        self.huge_site[i].store(site as u8, Relaxed);
         self.huge_live[i].store(UNIT_PAGES as u16, Relaxed);
         self.in_use.fetch_add(UNIT_PAGES as u64, Relaxed);
         Some(self.huge.base + i * UNIT_SIZE)
@@ -315,6 +352,30 @@ impl Frames {
     /// Frames handed out now, in 4 KiB pages.
     pub(crate) fn in_use_pages(&self) -> u64 {
         self.in_use.load(Relaxed)
+    }
+
+    /// Frames handed out now by who took them: "evict 3, swap-in 1 (4 KiB); unit-read 1
+    /// (2 MiB)".
+    pub(crate) fn in_use_by_site(&self) -> String {
+        let count = |a: &Arena, sites: &[AtomicU8]| -> Vec<String> {
+            let m = a.map();
+            let mut n = [0u64; 8];
+            for i in 0..a.frames {
+                if m.is_used(i) {
+                    n[sites[i].load(Relaxed) as usize & 7] += 1;
+                }
+            }
+            Site::ALL
+                .iter()
+                .filter(|s| n[**s as usize] > 0)
+                .map(|s| format!("{s:?} {}", n[*s as usize]))
+                .collect()
+        };
+        format!(
+            "4 KiB frames: [{}], 2 MiB frames: [{}]",
+            count(&self.small, &self.small_site).join(", "),
+            count(&self.huge, &self.huge_site).join(", ")
+        )
     }
 
     /// After fork, in the child: every frame is free and empty (the child's copies

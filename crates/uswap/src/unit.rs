@@ -61,7 +61,7 @@ pub(crate) fn zero_fill_unit(e: &Engine, r: &RegionInner, u: &mut UnitPages, pag
         return true;
     }
     e.threads.wake_kswapd(); // to make spares for the next units
-    let Some(frame) = e.frames.alloc_huge() else {
+    let Some(frame) = e.frames.alloc_huge(crate::frames::Site::FirstTouch) else {
         return false;
     };
     let ok = crate::sys::mem::populate_write(frame, UNIT_SIZE)
@@ -206,12 +206,15 @@ fn unit_ra_hit(r: &RegionInner, u: &mut UnitPages) {
 /// moves in as one PMD), 512 small frames otherwise.
 fn unit_frames(e: &Engine, r: &RegionInner) -> Option<Vec<usize>> {
     if r.policy.unit == UnitPolicy::Huge {
-        if let Some(h) = e.frames.alloc_huge() {
+        if let Some(h) = e.frames.alloc_huge(crate::frames::Site::UnitRead) {
             return Some(huge_pages(h));
         }
     }
     let mut runs = Vec::new();
-    if e.frames.alloc(UNIT_PAGES, &mut runs) < UNIT_PAGES {
+    if e.frames
+        .alloc(UNIT_PAGES, &mut runs, crate::frames::Site::UnitRead)
+        < UNIT_PAGES
+    {
         let back: Vec<usize> = runs
             .iter()
             .flat_map(|&(a, n)| (0..n).map(move |k| a + k * PAGE_SIZE))

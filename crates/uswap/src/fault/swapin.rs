@@ -49,7 +49,7 @@ pub(super) fn swap_in(
         Lookup::InFlight => {}
         Lookup::Miss => match e.tiers.meta.location(slot) {
             Location::Back => {
-                let Some(frame) = e.frames.alloc_one() else {
+                let Some(frame) = e.frames.alloc_one(crate::frames::Site::SwapIn) else {
                     // No frame free (the cache took every one): retry once reclaim
                     // has trimmed it.
                     e.threads.wake_kswapd();
@@ -173,7 +173,7 @@ fn try_readahead(
     if e.tiers.meta.location(s) != Location::Back || e.cache.get(s).is_some() {
         return;
     }
-    let Some(frame) = e.frames.alloc_one() else {
+    let Some(frame) = e.frames.alloc_one(crate::frames::Site::Readahead) else {
         return;
     };
     let mut en = Entry::new(

@@ -78,12 +78,14 @@ fn leaves_without_write(s: PageState) -> bool {
 /// whole unit under `Huge`, else runs of 4 KiB frames. None when none are free.
 fn frames_for(e: &Engine, r: &RegionInner, idx: &[usize]) -> Option<Vec<usize>> {
     if idx.len() == UNIT_PAGES && r.policy.unit == UnitPolicy::Huge {
-        if let Some(h) = e.frames.alloc_huge() {
+        if let Some(h) = e.frames.alloc_huge(crate::frames::Site::Evict) {
             return Some((0..UNIT_PAGES).map(|i| h + i * PAGE_SIZE).collect());
         }
     }
     let mut runs = Vec::new();
-    let got = e.frames.alloc(idx.len(), &mut runs);
+    let got = e
+        .frames
+        .alloc(idx.len(), &mut runs, crate::frames::Site::Evict);
     let frames: Vec<usize> = runs
         .iter()
         .flat_map(|&(a, n)| (0..n).map(move |k| a + k * PAGE_SIZE))
@@ -227,7 +229,14 @@ fn evict_unit(
                 to_write.push(p);
                 to_write_frames.push(f);
             }
-            _ => {}
+            other => {
+                // Moved out under the unit lock, so still Resident: a bug if not.
+                e.diag.internal(&format!(
+                    "evicted page {p} of region {} is {other:?}, not resident",
+                    r.id
+                ));
+                zeros.push(f);
+            }
         }
     }
     u.clean_by_move = false;

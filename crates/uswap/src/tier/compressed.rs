@@ -384,7 +384,7 @@ pub(crate) fn fault(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64, s
     match c.handle_of(slot) {
         Some((h, true)) => load_unit(e, c, r, u, page, h),
         Some((h, false)) => {
-            let Some(frame) = e.frames.alloc_one() else {
+            let Some(frame) = e.frames.alloc_one(crate::frames::Site::Compressed) else {
                 e.threads.wake_kswapd();
                 let _ = r.uffd.wake(r.page_addr(page), PAGE_SIZE);
                 return;
@@ -433,7 +433,7 @@ fn map_loaded(
 /// A unit stored whole: decompress it and map every page still swapped to it.
 fn load_unit(e: &Engine, c: &Compressed, r: &RegionInner, u: &mut UnitPages, page: u64, h: Handle) {
     let first = page - page % UNIT_PAGES as u64;
-    let Some(huge) = e.frames.alloc_huge() else {
+    let Some(huge) = e.frames.alloc_huge(crate::frames::Site::Compressed) else {
         e.threads.wake_kswapd();
         let _ = r.uffd.wake(r.page_addr(page), PAGE_SIZE);
         return;
@@ -575,7 +575,7 @@ fn write_back(
         return 0;
     }
     let (n, frames): (usize, Vec<usize>) = if unit {
-        let Some(huge) = e.frames.alloc_huge() else {
+        let Some(huge) = e.frames.alloc_huge(crate::frames::Site::Compressed) else {
             c.order
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -587,7 +587,7 @@ fn write_back(
             (0..UNIT_PAGES).map(|k| huge + k * PAGE_SIZE).collect(),
         )
     } else {
-        let Some(f) = e.frames.alloc_one() else {
+        let Some(f) = e.frames.alloc_one(crate::frames::Site::Compressed) else {
             c.order
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
