@@ -3,6 +3,7 @@
 mod against;
 mod bench;
 mod cgroup;
+mod harness;
 mod kswap;
 mod latency;
 mod ledger;
