@@ -31,7 +31,7 @@ use crate::bench::BenchArgs;
 use crate::cgroup::{self, Hierarchy, Memcg, OomStats, SwapPolicy};
 use crate::harness::{
     check_interrupted, child_done, describe_status, fmt_size, install_signals, median, need_root,
-    tail, Watchdog,
+    tail, Side, Watchdog,
 };
 use crate::kswap::{self, KernelSwap, Kind};
 use crate::plot;
@@ -52,28 +52,6 @@ const BOGUS_ARG: &str = "--injected-failure-uswap-bench-fail-side";
 
 const MIB: f64 = 1048576.0;
 const PAGE: f64 = 4096.0;
-
-/// One side of the comparison.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Side {
-    Kernel,
-    Uswap,
-}
-
-impl Side {
-    fn name(self) -> &'static str {
-        match self {
-            Side::Kernel => "kernel",
-            Side::Uswap => "uswap",
-        }
-    }
-    fn memory(self) -> &'static str {
-        match self {
-            Side::Kernel => "plain",
-            Side::Uswap => "uswap",
-        }
-    }
-}
 
 /// The child's arguments: `bench`, every workload and engine setting of ours, then `extra`.
 fn child_argv(args: &BenchArgs, extra: &[&str]) -> Vec<OsString> {

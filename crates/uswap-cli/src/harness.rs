@@ -12,6 +12,29 @@ static SIGNALS: AtomicU32 = AtomicU32::new(0);
 /// The child running now (0: none), for the signal handler.
 static CHILD: AtomicI32 = AtomicI32::new(0);
 
+/// One side of the comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Kernel,
+    Uswap,
+}
+
+impl Side {
+    pub fn name(self) -> &'static str {
+        match self {
+            Side::Kernel => "kernel",
+            Side::Uswap => "uswap",
+        }
+    }
+    /// `uswap bench --memory` of this side.
+    pub fn memory(self) -> &'static str {
+        match self {
+            Side::Kernel => "plain",
+            Side::Uswap => "uswap",
+        }
+    }
+}
+
 /// Bytes for humans: `64 MiB`, `1.5 GiB`.
 pub fn fmt_size(b: u64) -> String {
     let units = ["B", "KiB", "MiB", "GiB", "TiB"];
