@@ -394,20 +394,19 @@ fn compare(args: &RunArgs) -> Result<i32, String> {
                 .unwrap_or_else(|| "-".into())
         ));
     }
+    let kernel_label = match kind {
+        Kind::File => "kernel swap",
+        Kind::Zram => "kernel swap on zram",
+        Kind::Zswap => "kernel swap with zswap",
+    };
     table.push(match ratio {
         Some(r) => format!(
-            "uswap is {r:.2}x the {} speed (median {} wall time / median uswap wall time)",
-            if kind == Kind::File {
-                "kernel's".to_string()
-            } else {
-                format!("kernel's ({})", kind.name())
-            },
-            kind.name()
+            "uswap is {r:.2}x the kernel's speed ({kernel_label}; median kernel wall time / \
+             median uswap wall time)"
         ),
         None if k_ok == 0 && k_oom > 0 => format!(
-            "no ratio: the kernel ({}) could not run PROGRAM in this limit (OOM-killed in {k_oom} \
-             of {repeat} run(s))",
-            kind.name()
+            "no ratio: {kernel_label} could not run PROGRAM in this limit (OOM-killed in {k_oom} \
+             of {repeat} run(s))"
         ),
         None => "no ratio: a side has no successful run".into(),
     });
