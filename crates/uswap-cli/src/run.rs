@@ -21,11 +21,18 @@ programs (raw system calls): uswap run says so at start. Each process has its ow
 pool and budget.
 
 Exit status: PROGRAM's own (128+N when killed by signal N), 2 for bad options,
-126/127 when PROGRAM cannot be executed / is not found.
+126/127 when PROGRAM cannot be executed / is not found. With --against: 0, or 1 when
+the uswap side failed in a run (or on an error; a kernel side OOM-killed is counted, not
+a failure).
 
 Examples:
   uswap run --budget 2G --stats -- python3 big.py
-  uswap run --budget 512M --unit 2m --stats=/tmp/stats.json -- ./solver input";
+  uswap run --budget 512M --unit 2m --stats=/tmp/stats.json -- ./solver input
+  sudo uswap run --against kernel --budget 256M --repeat 3 -- node bufs.js
+      the same program timed under kernel swap (swap file, --against-swap 4G by
+      default) and under uswap, each in a memcg of budget + 64 MiB (docs/run.md)
+  sudo uswap run --against zswap --budget 512M --direct --json -- python numpy_4x.py
+      --direct: the program uses uswap itself and reads USWAP_AGAINST_SIDE";
 
 /// Where `libuswap_preload.so` is: $USWAP_PRELOAD, next to this executable, or in
 /// ../lib relative to it.

@@ -993,3 +993,20 @@ fn run_against_interrupted_or_killed_cleans_up() {
     );
     assert_eq!(leftovers(), before, "something was left behind");
 }
+
+/// Without root: a clear error, exit 1, nothing set up.
+#[test]
+fn run_against_without_root_says_so() {
+    let m = machine();
+    let before = m.before();
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(bin())
+        .args(["run", "--against", "kernel", "--", "true"])
+        .output()
+        .expect("run setpriv (util-linux)");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("needs root"), "unclear message:\n{err}");
+    assert_eq!(leftovers(), before, "something was set up");
+}
