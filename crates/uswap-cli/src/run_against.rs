@@ -493,11 +493,14 @@ fn run_line(r: &RunOut, limit: u64) -> String {
         Outcome::Failed(e) => s.push_str(&format!("; FAILED: {e}")),
     }
     if r.side == Side::Kernel {
-        s.push_str(&format!(
-            "; pswpout {} pswpin {}",
-            r.vmstat.get("pswpout").unwrap_or(&0),
-            r.vmstat.get("pswpin").unwrap_or(&0)
-        ));
+        let shown: Vec<String> = ["pswpout", "pswpin", "zswpout", "zswpin"]
+            .iter()
+            .filter_map(|k| {
+                let v = *r.vmstat.get(*k).unwrap_or(&0);
+                (v > 0 || k.starts_with('p')).then(|| format!("{k} {v}"))
+            })
+            .collect();
+        s.push_str(&format!("; {}", shown.join(" ")));
     }
     s
 }
