@@ -24,10 +24,18 @@ kernel swap in a memory cgroup of the same limit, e.g. (as root, with swap on):
         python python/bench/numpy_4x.py --memory plain --size 2G --json
 
 (the uswap run's peak RSS is budget + the interpreter's own, about 40 MiB with NumPy).
+Or both at once, timed under the same limit (as root; docs/run.md):
+
+    uswap run --against kernel --budget 512M --direct --json -- \\
+        python python/bench/numpy_4x.py --size 2G
+
+where USWAP_AGAINST_SIDE (kernel|uswap) sets the default --memory (plain|uswap) and
+USWAP_AGAINST_BUDGET the default --budget.
 """
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -60,8 +68,13 @@ def vm_hwm():
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--memory", choices=["uswap", "plain"], default="uswap")
-    p.add_argument("--budget", type=parse_size, default=parse_size("256M"))
+    # Under `uswap run --against ... --direct`, the side says which memory to use and the
+    # budget is the comparison's.
+    side = os.environ.get("USWAP_AGAINST_SIDE")
+    p.add_argument("--memory", choices=["uswap", "plain"],
+                   default={"kernel": "plain", "uswap": "uswap"}.get(side, "uswap"))
+    p.add_argument("--budget", type=parse_size,
+                   default=parse_size(os.environ.get("USWAP_AGAINST_BUDGET") or "256M"))
     p.add_argument("--size", type=parse_size, help="array bytes [default: 4x --budget]")
     p.add_argument("--passes", type=int, default=3)
     p.add_argument("--unit", choices=["4k", "2m", "auto"], default="auto")

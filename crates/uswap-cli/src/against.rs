@@ -29,16 +29,18 @@
 
 use crate::bench::BenchArgs;
 use crate::cgroup::{self, Hierarchy, Memcg, OomStats, SwapPolicy};
+use crate::harness::{
+    check_interrupted, child_done, describe_status, fmt_size, install_signals, median, need_root,
+    tail, Side, Watchdog,
+};
 use crate::kswap::{self, KernelSwap, Kind};
 use crate::plot;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io::Read;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
-use std::process::{Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
+use std::process::{Command, Stdio};
 use std::time::Instant;
 
 /// Memory allowed on top of the budget for the program itself (binary, heap, histograms),
@@ -48,87 +50,8 @@ pub const ALLOWANCE: u64 = 64 << 20;
 /// The argument the injected failure adds.
 const BOGUS_ARG: &str = "--injected-failure-uswap-bench-fail-side";
 
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-static SIGNALS: AtomicU32 = AtomicU32::new(0);
-static CHILD: AtomicI32 = AtomicI32::new(0);
-
 const MIB: f64 = 1048576.0;
-
-/// Bytes for humans: `64 MiB`, `1.5 GiB`.
-fn fmt_size(b: u64) -> String {
-    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut i = 0;
-    while v >= 1024.0 && i < units.len() - 1 {
-        v /= 1024.0;
-        i += 1;
-    }
-    if v.fract() == 0.0 {
-        format!("{v:.0} {}", units[i])
-    } else {
-        format!("{v:.1} {}", units[i])
-    }
-}
 const PAGE: f64 = 4096.0;
-
-/// One side of the comparison.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Side {
-    Kernel,
-    Uswap,
-}
-
-impl Side {
-    fn name(self) -> &'static str {
-        match self {
-            Side::Kernel => "kernel",
-            Side::Uswap => "uswap",
-        }
-    }
-    fn memory(self) -> &'static str {
-        match self {
-            Side::Kernel => "plain",
-            Side::Uswap => "uswap",
-        }
-    }
-}
-
-fn need_root() -> Result<(), String> {
-    // SAFETY: geteuid(2) has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err("needs root to create cgroups and enable swap (run it with sudo)".into());
-    }
-    Ok(())
-}
-
-/// SIGINT/SIGTERM/SIGHUP: remember it, pass it on to the running child (SIGKILL on the
-/// second one), and let the main thread unwind through the guards.
-fn install_signals() -> Result<(), String> {
-    static INSTALLED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
-    INSTALLED
-        .get_or_init(|| {
-            ctrlc::set_handler(|| {
-                INTERRUPTED.store(true, Ordering::SeqCst);
-                let n = SIGNALS.fetch_add(1, Ordering::SeqCst);
-                let pid = CHILD.load(Ordering::SeqCst);
-                if pid > 0 {
-                    let sig = if n == 0 { libc::SIGTERM } else { libc::SIGKILL };
-                    // SAFETY: kill(2) on our own child's pid; touches no memory.
-                    unsafe { libc::kill(pid, sig) };
-                }
-                eprintln!("uswap: interrupted, cleaning up");
-            })
-            .map_err(|e| format!("install the signal handler: {e}"))
-        })
-        .clone()
-}
-
-fn check_interrupted() -> Result<(), String> {
-    if INTERRUPTED.load(Ordering::SeqCst) {
-        return Err("interrupted; everything set up was undone".into());
-    }
-    Ok(())
-}
 
 /// The child's arguments: `bench`, every workload and engine setting of ours, then `extra`.
 fn child_argv(args: &BenchArgs, extra: &[&str]) -> Vec<OsString> {
@@ -147,21 +70,9 @@ fn side_argv(args: &BenchArgs, side: Side) -> Vec<OsString> {
     child_argv(args, &extra)
 }
 
-fn describe_status(st: ExitStatus) -> String {
-    match (st.code(), st.signal()) {
-        (Some(c), _) => format!("exit status {c}"),
-        (None, Some(9)) => "killed by SIGKILL".into(),
-        (None, Some(s)) => format!("killed by signal {s}"),
-        _ => st.to_string(),
-    }
-}
-
-/// Start `argv` of our own binary as a child inside `cg` (it enters the cgroup between
-/// fork and exec, so everything it allocates is charged).
+/// Start `argv` of our own binary as a child inside `cg`.
 fn spawn_in(cg: &Memcg, argv: &[OsString], capture: bool) -> Result<std::process::Child, String> {
     let exe = std::env::current_exe().map_err(|e| format!("find our own executable: {e}"))?;
-    let procs = cg.procs_fd()?;
-    let fd = cgroup::raw(&procs);
     let mut cmd = Command::new(exe);
     cmd.args(argv)
         .env("USWAP_BENCH_CHILD", "1")
@@ -169,79 +80,7 @@ fn spawn_in(cg: &Memcg, argv: &[OsString], capture: bool) -> Result<std::process
     if capture {
         cmd.stdout(Stdio::piped());
     }
-    let parent = std::process::id() as libc::pid_t;
-    // SAFETY: the hook only calls prctl(2), getppid(2), _exit(2), getpid(2) and write(2)
-    // on an inherited fd, all async-signal-safe, with no allocation (see
-    // cgroup::enter_from_child).
-    unsafe {
-        cmd.pre_exec(move || {
-            // Die with us: a SIGKILLed harness must not leave a bench running in its
-            // cgroup (the next run removes the cgroup, see ledger.rs).
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            if libc::getppid() != parent {
-                libc::_exit(1);
-            }
-            cgroup::enter_from_child(fd)
-        });
-    }
-    let child = cmd
-        .spawn()
-        .map_err(|e| format!("start the bench child: {e}"))?;
-    drop(procs);
-    CHILD.store(child.id() as i32, Ordering::SeqCst);
-    Ok(child)
-}
-
-/// Kills a child that runs past `USWAP_BENCH_TIMEOUT` seconds (default 1800): a hung side
-/// must end the comparison with an error, not hang it.
-struct Watchdog {
-    stop: Option<std::sync::mpsc::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<bool>>,
-    limit_s: u64,
-}
-
-impl Watchdog {
-    fn start(pid: u32) -> Watchdog {
-        let limit_s = std::env::var("USWAP_BENCH_TIMEOUT")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(1800u64);
-        let (tx, rx) = std::sync::mpsc::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            match rx.recv_timeout(std::time::Duration::from_secs(limit_s)) {
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                    // SAFETY: kill(2) on our own child, not yet reaped (the main thread is
-                    // still waiting for it); touches no memory.
-                    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-                    true
-                }
-                _ => false,
-            }
-        });
-        Watchdog {
-            stop: Some(tx),
-            thread: Some(thread),
-            limit_s,
-        }
-    }
-
-    /// Stop watching; whether the child was killed for running too long.
-    fn fired(mut self) -> bool {
-        self.stop.take();
-        self.thread
-            .take()
-            .map(|t| t.join().unwrap_or(false))
-            .unwrap_or(false)
-    }
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        self.stop.take();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+    crate::harness::spawn_in(cg, cmd, "bench child")
 }
 
 /// What one child run produced.
@@ -256,18 +95,6 @@ struct RunOut {
     zram_mem_used_max: Option<u64>,
     /// The kernel side was OOM-killed in its memcg (`bench` is null).
     oom_killed: bool,
-}
-
-/// "; last output:\n<the last lines>", or nothing when there was no output.
-fn tail(s: &str, lines: usize) -> String {
-    let v: Vec<&str> = s.lines().filter(|l| !l.trim().is_empty()).collect();
-    if v.is_empty() {
-        return String::new();
-    }
-    format!(
-        "; last output:\n{}",
-        v[v.len().saturating_sub(lines)..].join("\n")
-    )
 }
 
 fn verify_ok(v: &Value) -> Option<bool> {
@@ -317,7 +144,7 @@ fn run_side(
     let mut out = String::new();
     let read = child.stdout.take().map(|mut s| s.read_to_string(&mut out));
     let status = child.wait();
-    CHILD.store(0, Ordering::SeqCst);
+    child_done();
     let timeout_s = dog.limit_s;
     let timed_out = dog.fired();
     let wall_s = t0.elapsed().as_secs_f64();
@@ -506,20 +333,6 @@ fn metrics(r: &RunOut) -> BTreeMap<String, f64> {
         m.insert("zram_mem_used_max_MiB".into(), z as f64 / MIB);
     }
     m
-}
-
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    v.retain(|x| x.is_finite());
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
 }
 
 fn medians(maps: &[BTreeMap<String, f64>]) -> BTreeMap<String, f64> {
@@ -980,7 +793,7 @@ pub fn run_in_cgroup(args: &BenchArgs) -> Result<(), String> {
     let mut child = spawn_in(&cg, &argv, false)?;
     let dog = Watchdog::start(child.id());
     let status = child.wait();
-    CHILD.store(0, Ordering::SeqCst);
+    child_done();
     let timeout_s = dog.limit_s;
     let timed_out = dog.fired();
     let status = status.map_err(|e| format!("wait for the bench: {e}"))?;

@@ -3,6 +3,7 @@
 mod against;
 mod bench;
 mod cgroup;
+mod harness;
 mod kswap;
 mod latency;
 mod ledger;
@@ -11,6 +12,7 @@ mod memory;
 mod plot;
 mod report;
 mod run;
+mod run_against;
 mod workloads;
 
 use clap::{Args, Parser, Subcommand};
@@ -72,6 +74,32 @@ pub struct RunArgs {
     /// where the swap goes at the start.
     #[arg(long, value_name = "FILE", num_args = 0..=1, require_equals = true)]
     pub stats: Option<Option<PathBuf>>,
+    /// Time PROGRAM under kernel swap (a swap file next to uswap's, zram, or zswap) and
+    /// under uswap, each in a fresh memory cgroup limited to the budget + 64 MiB; print
+    /// both, the medians and the speed ratio. Needs root.
+    #[arg(long, value_enum, value_name = "KIND")]
+    pub against: Option<bench::Against>,
+    /// With --against: runs of each side, alternating [default: 1].
+    #[arg(long, value_name = "N", default_value_t = 1, hide_default_value = true,
+          requires = "against", value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub repeat: u32,
+    /// With --against: the kernel side's swap area size [default: 4G].
+    #[arg(long, value_name = "SIZE", default_value = "4G", hide_default_value = true,
+          requires = "against", value_parser = bench::parse_size_arg)]
+    pub against_swap: u64,
+    /// With --against: the uswap side runs PROGRAM without the preload library, for a
+    /// program that uses uswap itself (e.g. Python's `uswap.Pool`); it reads
+    /// USWAP_AGAINST_SIDE=kernel|uswap to pick its memory.
+    #[arg(long, requires = "against")]
+    pub direct: bool,
+    /// With --against: one JSON object (sides, runs, medians, ratio) on the last line of
+    /// stdout.
+    #[arg(long, requires = "against")]
+    pub json: bool,
+    /// With --against: PROGRAM's stdout and stderr go to DIR/<side>-<run>.log instead of
+    /// uswap's stderr.
+    #[arg(long, value_name = "DIR", requires = "against")]
+    pub log_dir: Option<PathBuf>,
     /// The program and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "PROGRAM ARGS")]
     pub program: Vec<OsString>,
@@ -83,6 +111,7 @@ fn main() {
     // (exit 1) rather than Rust's 101. The panic message itself is printed by the hook.
     let code = std::panic::catch_unwind(move || match cli.command {
         Command::Bench(args) => bench::main(args),
+        Command::Run(args) if args.against.is_some() => run_against::main(args),
         Command::Run(args) => run::main(args),
     })
     .unwrap_or_else(|_| {

@@ -21,11 +21,18 @@ programs (raw system calls): uswap run says so at start. Each process has its ow
 pool and budget.
 
 Exit status: PROGRAM's own (128+N when killed by signal N), 2 for bad options,
-126/127 when PROGRAM cannot be executed / is not found.
+126/127 when PROGRAM cannot be executed / is not found. With --against: 0, or 1 when
+the uswap side failed in a run (or on an error; a kernel side OOM-killed is counted, not
+a failure).
 
 Examples:
   uswap run --budget 2G --stats -- python3 big.py
-  uswap run --budget 512M --unit 2m --stats=/tmp/stats.json -- ./solver input";
+  uswap run --budget 512M --unit 2m --stats=/tmp/stats.json -- ./solver input
+  sudo uswap run --against kernel --budget 256M --repeat 3 -- node bufs.js
+      the same program timed under kernel swap (swap file, --against-swap 4G by
+      default) and under uswap, each in a memcg of budget + 64 MiB (docs/run.md)
+  sudo uswap run --against zswap --budget 512M --direct --json -- python numpy_4x.py
+      --direct: the program uses uswap itself and reads USWAP_AGAINST_SIDE";
 
 /// Where `libuswap_preload.so` is: $USWAP_PRELOAD, next to this executable, or in
 /// ../lib relative to it.
@@ -59,7 +66,7 @@ fn find_preload() -> Result<PathBuf, String> {
 }
 
 /// PROGRAM as exec will find it: a path, or the first match in $PATH.
-fn resolve(program: &std::ffi::OsStr) -> Option<PathBuf> {
+pub(crate) fn resolve(program: &std::ffi::OsStr) -> Option<PathBuf> {
     let p = Path::new(program);
     if p.as_os_str().as_encoded_bytes().contains(&b'/') {
         return Some(p.to_path_buf());
@@ -112,12 +119,14 @@ pub(crate) fn why_not_served(path: &Path) -> Option<(String, bool)> {
     }
 }
 
-pub fn main(args: RunArgs) -> i32 {
+/// Find the preload library and check the settings (a pool is started and stopped), or
+/// say why not on stderr and give the exit status.
+pub(crate) fn check(args: &RunArgs) -> Result<PathBuf, i32> {
     let preload = match find_preload() {
         Ok(p) => p,
         Err(e) => {
             eprintln!("uswap run: error: {e}");
-            return 2;
+            return Err(2);
         }
     };
     // Check the settings here, where an error can stop the run, rather than in the
@@ -140,9 +149,47 @@ pub fn main(args: RunArgs) -> i32 {
         }
         Err(e) => {
             eprintln!("uswap run: error: {e}");
-            return crate::bench::exit_status(&e);
+            return Err(crate::bench::exit_status(&e));
         }
     }
+    Ok(preload)
+}
+
+/// `uswap run`'s arguments for the same settings and PROGRAM (the uswap side of
+/// `--against`).
+pub(crate) fn child_args(args: &RunArgs) -> Vec<OsString> {
+    let mut v: Vec<OsString> = vec![
+        "run".into(),
+        "--budget".into(),
+        args.budget.to_string().into(),
+        "--unit".into(),
+        args.unit.name().into(),
+        "--threshold".into(),
+        args.threshold.to_string().into(),
+    ];
+    if let Some(p) = &args.swap_file {
+        v.push("--swap-file".into());
+        v.push(p.clone().into_os_string());
+    }
+    match &args.stats {
+        None => {}
+        Some(None) => v.push("--stats".into()),
+        Some(Some(f)) => {
+            let mut a = OsString::from("--stats=");
+            a.push(f);
+            v.push(a);
+        }
+    }
+    v.push("--".into());
+    v.extend(args.program.iter().cloned());
+    v
+}
+
+pub fn main(args: RunArgs) -> i32 {
+    let preload = match check(&args) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
     let stats = match &args.stats {
         None => None,
         Some(None) => Some(OsString::from("-")),

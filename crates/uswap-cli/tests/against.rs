@@ -3,10 +3,14 @@
 //! zram or zswap setting is left behind: after an injected failure, after SIGTERM, and
 //! after SIGKILL (the next run recognises the killed run's leftovers and undoes them).
 //!
+//! `uswap run --against` likewise, with a C program (tests/progs/against_fill.c) that
+//! writes and reads back 4x the budget under both kinds of swap.
+//!
 //! Needs root, and no kernel swap on at the start: a test that cannot run here fails and
 //! says why. Each holds the machine-wide lock (tests/support) and, when it fails, puts
 //! back whatever was left ([`Machine`]'s drop).
 
+mod common;
 #[path = "../../uswap/tests/support/mod.rs"]
 mod support;
 
@@ -774,4 +778,235 @@ fn sigkill_of_cgroup_limit_is_cleaned_up_by_the_next_run() {
         free,
         "the killed bench's swap space was not freed"
     );
+}
+
+/// `uswap run --against KIND --budget 32M --against-swap 512M EXTRA -- PROG` to the end.
+fn run_against_prog(against: &str, extra: &[&str], prog: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut args = vec![
+        "run",
+        "--against",
+        against,
+        "--budget",
+        "32M",
+        "--against-swap",
+        "512M",
+    ];
+    args.extend(extra);
+    args.push("--");
+    args.extend(prog);
+    let lib = common::preload().display().to_string();
+    let mut env = env.to_vec();
+    env.push(("USWAP_PRELOAD", &lib));
+    run(&args, &env)
+}
+
+/// The C program that writes and reads back `mib` MiB; its path and the size as text.
+fn fill_prog() -> String {
+    common::cprog("against_fill").display().to_string()
+}
+
+/// The same unmodified program on kernel swap and under uswap (preloaded), 128 MiB in a
+/// 96 MiB memcg: both verify their data, the kernel side really swaps (and the uswap side,
+/// whose memcg may not swap, could only finish under uswap), the report has wall times,
+/// peaks and the ratio of the medians, and nothing is left behind.
+#[test]
+fn run_against_kernel_times_both_sides_and_cleans_up() {
+    let m = machine();
+    let before = m.before();
+    let prog = fill_prog();
+    let out = run_against_prog("kernel", &["--json"], &[&prog, "128"], &[]);
+    let (j, err) = ok_json(&out);
+    let limit = (32u64 + 64) << 20;
+    assert_eq!(j["memcg_limit"], limit, "{j}");
+    assert_eq!(j["against"], "kernel", "{j}");
+    for side in ["kernel", "uswap"] {
+        assert!(
+            err.contains(&format!(
+                "side={side}\nok: 128 MiB written and read back, 0 wrong words"
+            )),
+            "{side}: the program did not run or verify there:\n{err}"
+        );
+        let runs = j[side]["runs"].as_array().expect("runs");
+        assert_eq!(runs.len(), 1, "{j}");
+        let r = &runs[0];
+        assert_eq!(r["status"], "ok", "{r}");
+        assert_eq!(r["exit_code"], 0, "{r}");
+        assert!(r["wall_s"].as_f64().unwrap_or(0.0) > 0.0, "{r}");
+        let peak = r["memcg_peak_bytes"].as_u64().unwrap_or(0);
+        assert!(peak > 0 && peak <= limit, "{side}: memcg peak {peak}: {r}");
+        assert_eq!(j[side]["median_wall_s"], r["wall_s"], "{j}");
+    }
+    let pswpout = j["kernel"]["runs"][0]["vmstat_delta"]["pswpout"]
+        .as_u64()
+        .unwrap_or(0);
+    assert!(pswpout > 0, "the kernel side did not swap: {j}");
+    let (k, u) = (
+        j["kernel"]["median_wall_s"].as_f64().unwrap(),
+        j["uswap"]["median_wall_s"].as_f64().unwrap(),
+    );
+    let ratio = j["ratio"].as_f64().expect("a ratio");
+    assert!((ratio - k / u).abs() < 1e-9, "ratio {ratio} != {k}/{u}");
+    assert_eq!(j["uswap_failed"], false, "{j}");
+    assert!(err.contains("uswap is "), "no ratio line:\n{err}");
+    assert_eq!(leftovers(), before, "something was left behind");
+}
+
+/// A program that fails on the uswap side: the command fails and says so (exit status of
+/// the run, which side); one that fails on the kernel side only: reported, exit 0.
+#[test]
+fn run_against_a_failing_side_is_reported() {
+    let m = machine();
+    let before = m.before();
+    let prog = fill_prog();
+    let out = run_against_prog(
+        "kernel",
+        &["--json"],
+        &[&prog, "64"],
+        &[("AGAINST_FILL_FAIL_SIDE", "uswap")],
+    );
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "must fail with 1:\n{err}");
+    assert!(
+        err.contains("the uswap side failed in 1 of 1 run(s)")
+            && err.contains("uswap side, run 1: FAILED: exit status 3"),
+        "unclear message:\n{err}"
+    );
+    let j = last_json(&out);
+    assert_eq!(j["uswap"]["runs"][0]["status"], "failed", "{j}");
+    assert_eq!(j["uswap"]["runs"][0]["exit_code"], 3, "{j}");
+    assert_eq!(j["kernel"]["runs"][0]["status"], "ok", "{j}");
+    assert_eq!(j["ratio"], Value::Null, "{j}");
+    assert_eq!(j["uswap_failed"], true, "{j}");
+    assert_eq!(
+        leftovers(),
+        before,
+        "something was left behind after a failure"
+    );
+
+    let out = run_against_prog(
+        "kernel",
+        &["--json"],
+        &[&prog, "64"],
+        &[("AGAINST_FILL_FAIL_SIDE", "kernel")],
+    );
+    let (j, err) = ok_json(&out);
+    assert!(
+        err.contains("kernel side, run 1: FAILED: exit status 3"),
+        "kernel failure not reported:\n{err}"
+    );
+    assert_eq!(j["kernel"]["failed_runs"], 1, "{j}");
+    assert_eq!(j["uswap"]["ok_runs"], 1, "{j}");
+    assert_eq!(leftovers(), before, "something was left behind");
+}
+
+/// `--direct`: PROGRAM runs without the preload on both sides and sees which side it is
+/// on and the budget; `--log-dir` gets its output, one file per run.
+#[test]
+fn run_against_direct_tells_the_program_its_side() {
+    let m = machine();
+    let before = m.before();
+    let logs = support::TempDir::new(&common::tmpdir(), "against-logs");
+    let dir = logs.path().join("logs");
+    let out = run_against_prog(
+        "kernel",
+        &["--direct", "--repeat", "2", "--log-dir", dir.to_str().unwrap()],
+        &[
+            "sh",
+            "-c",
+            "echo side=$USWAP_AGAINST_SIDE budget=$USWAP_AGAINST_BUDGET preload=${LD_PRELOAD:-none}",
+        ],
+        &[],
+    );
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "failed:\n{err}");
+    assert!(
+        !err.contains("side="),
+        "output not in the log files:\n{err}"
+    );
+    for side in ["kernel", "uswap"] {
+        for run in 1..=2 {
+            let log = dir.join(format!("{side}-{run}.log"));
+            let text = std::fs::read_to_string(&log)
+                .unwrap_or_else(|e| panic!("{}: {e}\n{err}", log.display()));
+            assert_eq!(
+                text.trim(),
+                format!("side={side} budget={} preload=none", 32u64 << 20),
+                "{}",
+                log.display()
+            );
+        }
+    }
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("uswap is "),
+        "no table on stdout"
+    );
+    assert_eq!(leftovers(), before, "something was left behind");
+}
+
+/// SIGTERM while the kernel side runs: swap off, cgroup gone, a clear message. SIGKILL:
+/// the next run undoes what the killed one left and says so.
+#[test]
+fn run_against_interrupted_or_killed_cleans_up() {
+    let mut m = machine();
+    let before = m.before();
+    let lib = common::preload().display().to_string();
+    let args = [
+        "run",
+        "--against",
+        "kernel",
+        "--budget",
+        "32M",
+        "--against-swap",
+        "256M",
+        "--",
+        "sleep",
+        "60",
+    ];
+    let env = [("USWAP_PRELOAD", lib.as_str())];
+    let on = || {
+        let l = leftovers();
+        !l.swaps.is_empty() && !l.cgroups.is_empty()
+    };
+    let (pid, seen) = start_until(&mut m, &args, &env, "kernel side ...", on);
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let child = m.children.iter_mut().find(|c| c.id() == pid).unwrap();
+    let st = child.wait().unwrap();
+    assert!(!st.success(), "an interrupted run must fail:\n{seen}");
+    assert_eq!(
+        leftovers(),
+        before,
+        "something was left behind after SIGTERM"
+    );
+
+    let (pid, seen) = start_until(&mut m, &args, &env, "kernel side ...", on);
+    sigkill(&mut m, pid);
+    assert!(on(), "nothing left to clean after SIGKILL?\n{seen}");
+    let prog = fill_prog();
+    let out = run_against_prog("kernel", &["--json"], &[&prog, "16"], &[]);
+    let (_, err) = ok_json(&out);
+    assert!(
+        err.contains(&format!(
+            "cleaned up after an earlier run that did not finish (pid {pid}"
+        )) && err.contains("swapoff"),
+        "the cleanup was not said:\n{err}"
+    );
+    assert_eq!(leftovers(), before, "something was left behind");
+}
+
+/// Without root: a clear error, exit 1, nothing set up.
+#[test]
+fn run_against_without_root_says_so() {
+    let m = machine();
+    let before = m.before();
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(bin())
+        .args(["run", "--against", "kernel", "--", "true"])
+        .output()
+        .expect("run setpriv (util-linux)");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("needs root"), "unclear message:\n{err}");
+    assert_eq!(leftovers(), before, "something was set up");
 }
