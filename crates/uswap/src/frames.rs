@@ -156,10 +156,18 @@ pub(crate) enum Site {
     Compressed,
     Evict,
     FirstTouch,
+    /// Retagged: an evicted page kept as a clean copy.
+    EvictClean,
+    /// Retagged: a page being written.
+    Writing,
+    /// Retagged: a written page kept as a clean copy.
+    Written,
+    /// Retagged: a copy whose mapping failed, put back as clean.
+    Unmapped,
 }
 
 impl Site {
-    const ALL: [Site; 7] = [
+    const ALL: [Site; 11] = [
         Site::SwapIn,
         Site::Readahead,
         Site::InThread,
@@ -167,6 +175,10 @@ impl Site {
         Site::Compressed,
         Site::Evict,
         Site::FirstTouch,
+        Site::EvictClean,
+        Site::Writing,
+        Site::Written,
+        Site::Unmapped,
     ];
 }
 
@@ -349,6 +361,13 @@ impl Frames {
         );
     }
 
+    /// A frame the caller owns changes hands (diagnostics only).
+    pub(crate) fn retag(&self, addr: usize, site: Site) {
+        if self.small.contains(addr) {
+            self.small_site[self.small.index(addr)].store(site as u8, Relaxed);
+        }
+    }
+
     /// Frames handed out now, in 4 KiB pages.
     pub(crate) fn in_use_pages(&self) -> u64 {
         self.in_use.load(Relaxed)
@@ -359,10 +378,10 @@ impl Frames {
     pub(crate) fn in_use_by_site(&self) -> String {
         let count = |a: &Arena, sites: &[AtomicU8]| -> Vec<String> {
             let m = a.map();
-            let mut n = [0u64; 8];
+            let mut n = [0u64; 16];
             for i in 0..a.frames {
                 if m.is_used(i) {
-                    n[sites[i].load(Relaxed) as usize & 7] += 1;
+                    n[sites[i].load(Relaxed) as usize & 15] += 1;
                 }
             }
             Site::ALL

@@ -181,6 +181,7 @@ pub(crate) fn write_run(
     let by_slot = r.policy.readahead == ReadaheadPolicy::Cluster;
     for (k, (&p, &f)) in pages.iter().zip(frames).enumerate() {
         let s = first + k as Slot;
+        e.frames.retag(f, crate::frames::Site::Writing);
         e.cache_insert(
             "write",
             s,
@@ -297,7 +298,10 @@ pub(crate) fn complete_write(e: &Engine, ctx: &mut ThreadCtx, mut op: Op, res: i
                     &[(slot, en.frame)],
                     en.write,
                 ),
-                Some(_) => crate::reclaim::push_inactive(e, r.id, page, slot),
+                Some(en) => {
+                    e.frames.retag(en.frame, crate::frames::Site::Written);
+                    crate::reclaim::push_inactive(e, r.id, page, slot)
+                }
                 None => {}
             }
             continue;

@@ -340,6 +340,7 @@ pub(crate) fn map_from_frames(
                     region: r.id,
                     page: page + (k + j) as u64,
                 };
+                e.frames.retag(frame, crate::frames::Site::Unmapped);
                 e.cache_insert(
                     "unmapped unit copy",
                     s,

@@ -191,6 +191,7 @@ fn evict_unit(
                     .meta
                     .hash_matches(s, crate::tier::page_hash(e.frames.page(f))) =>
             {
+                e.frames.retag(f, crate::frames::Site::EvictClean);
                 e.cache_insert(
                     "clean eviction",
                     s,
