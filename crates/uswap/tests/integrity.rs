@@ -268,6 +268,32 @@ fn no_two_encrypted_writes_give_the_same_ciphertext() {
     });
 }
 
+/// KNOWN DEFECT (issue 17): the bounce pages of encrypted writes in flight are
+/// charged when the write starts, after reclaim sized its work without them, so the
+/// engine goes over its budget by up to the writes in flight (16 MiB budget: peak
+/// 20-23 MB). Fix in reclaim: with encryption, a write of n pages needs n more pages
+/// of room until it completes (reserve them before writing, or cap the writes in
+/// flight to a fixed bounce pool charged at start).
+#[test]
+#[ignore = "known defect: encrypted writes in flight put the engine over its budget"]
+fn encrypted_writes_stay_within_the_budget() {
+    with_deadline(120, |t| {
+        for unit in [UnitPolicy::Small, UnitPolicy::Huge] {
+            let p = t.pool(Pool::builder().budget(16 * MIB).encrypt(true));
+            let r = p.region_with(64 * MIB, opts(unit)).unwrap();
+            fill(r.as_words(), 9);
+            check(r.as_words(), 9, &format!("{unit:?}"));
+            let c = p.counters();
+            assert!(
+                c.peak_used_bytes <= 16 * MIB,
+                "{unit:?}: over budget: {c:?}"
+            );
+            drop(r);
+            t.finish_pool(p, &format!("{unit:?}"));
+        }
+    });
+}
+
 /// A loop device over a FUSE mount's `disk` of `mib` MiB, for the swap.
 fn swap_device(mib: u64) -> FaultMount {
     FaultMount::with_loop(mib * MIB)
