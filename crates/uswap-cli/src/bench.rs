@@ -355,6 +355,11 @@ pub struct BenchArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_size_arg)]
     pub swap_size: Option<u64>,
 
+    /// Encrypt what goes to the swap file (AES-256-GCM under a key made at start and
+    /// never written anywhere; the tag checks every page read back).
+    #[arg(long)]
+    pub encrypt: bool,
+
     /// Swap unit: 4k pages, whole 2m units (real THPs), or auto: 2 MiB I/O for sequential
     /// streams, 4 KiB with readahead for random faults [default: auto].
     #[arg(long, value_enum, value_name = "UNIT", ignore_case = true, default_value_t = Unit::Auto, hide_default_value = true)]
@@ -521,6 +526,9 @@ impl BenchArgs {
         push("--io-poll-us", self.io_poll_us.to_string());
         push("--fault-mode", self.fault_mode.name().to_string());
         push("--seed", self.seed.to_string());
+        if self.encrypt {
+            a.push("--encrypt".into());
+        }
         a
     }
 
@@ -594,6 +602,7 @@ impl BenchArgs {
         if let Some(s) = self.swap_size {
             b = b.swap_size(s);
         }
+        b = b.encrypt(self.encrypt);
         if let Some(n) = self.inject_read_errors {
             b = b.inject_io_errors(uswap::FaultInjection {
                 fail_read_every: n,
@@ -1001,6 +1010,7 @@ mod tests {
             "/tmp/x y",
             "--swap-size",
             "4G",
+            "--encrypt",
             "--memory",
             "plain",
             "--against",
@@ -1030,6 +1040,7 @@ mod tests {
         assert_eq!(b.to_cli_args(), a.to_cli_args());
         assert_eq!(b.duration, a.duration);
         assert_eq!(b.swap_file, a.swap_file);
+        assert!(a.encrypt && b.encrypt);
         assert_eq!(
             b.memory,
             MemoryKind::Uswap,

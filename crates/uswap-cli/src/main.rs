@@ -61,6 +61,10 @@ pub struct RunArgs {
     /// in $TMPDIR].
     #[arg(long, value_name = "PATH")]
     pub swap_file: Option<PathBuf>,
+    /// Encrypt what goes to the swap file (AES-256-GCM under a key each process makes at
+    /// start and never writes anywhere).
+    #[arg(long)]
+    pub encrypt: bool,
     /// Swap unit: 4k, 2m or auto [default: 4k].
     #[arg(long, value_enum, value_name = "UNIT", ignore_case = true, default_value_t = bench::Unit::Small,
           hide_default_value = true)]

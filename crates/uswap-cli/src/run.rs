@@ -131,7 +131,9 @@ pub(crate) fn check(args: &RunArgs) -> Result<PathBuf, i32> {
     };
     // Check the settings here, where an error can stop the run, rather than in the
     // program, where the preload library could only go on without uswap.
-    let mut b = uswap::Pool::builder().budget(args.budget);
+    let mut b = uswap::Pool::builder()
+        .budget(args.budget)
+        .encrypt(args.encrypt);
     if let Some(p) = &args.swap_file {
         b = b.swap_file(p);
     }
@@ -229,6 +231,7 @@ pub fn main(args: RunArgs) -> i32 {
         .env("USWAP_BUDGET", args.budget.to_string())
         .env("USWAP_UNIT", args.unit.name())
         .env("USWAP_THRESHOLD", args.threshold.to_string())
+        .env("USWAP_ENCRYPT", if args.encrypt { "on" } else { "off" })
         .env("USWAP_ROOT_PID", std::process::id().to_string());
     // The preload stays out of an executable it could harm (its children still run
     // under uswap).

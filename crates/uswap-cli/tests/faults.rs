@@ -53,12 +53,18 @@ fn setup(place: Place) -> Setup {
 }
 
 fn bench(workload: &str, swap: &Path) -> RunOutcome {
+    bench_with(workload, swap, &[])
+}
+
+/// `bench` with more options (`--encrypt`).
+fn bench_with(workload: &str, swap: &Path, extra: &[&str]) -> RunOutcome {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_uswap"));
     cmd.args([
         "bench", workload, "--size", SIZE, "--budget", BUDGET, "--json",
     ])
     .arg("--swap-file")
-    .arg(swap);
+    .arg(swap)
+    .args(extra);
     run_with_deadline(&mut cmd, DEADLINE)
 }
 
@@ -263,10 +269,15 @@ fn failed_swap_reads_are_reported_by_the_bench() {
 /// A silent fault of `rule` under `workload`: the engine reads back lost bytes, and must
 /// not accept them.
 fn silent_fault_is_caught(rule: &str, workload: &str, place: Place) {
+    silent_fault_is_caught_with(rule, workload, place, &[]);
+}
+
+/// `silent_fault_is_caught` with more bench options (`--encrypt`: the tag catches it).
+fn silent_fault_is_caught_with(rule: &str, workload: &str, place: Place, extra: &[&str]) {
     let s = setup(place);
     s.fm.control(rule).unwrap();
-    let out = bench(workload, &s.swap);
-    let what = format!("{workload} on {place:?} with {rule:?}");
+    let out = bench_with(workload, &s.swap, extra);
+    let what = format!("{workload} {extra:?} on {place:?} with {rule:?}");
     // The scenario is meaningful only if lost bytes were read back.
     assert!(
         hits(&s.fm, Kind::LostRead) + hits(&s.fm, Kind::FlipRead) > 0,
@@ -317,6 +328,50 @@ fn bytes_flipped_on_read_are_caught() {
         silent_fault_is_caught("flip-read 8M 1M xor=0x01", workload, Place::LoopDevice);
         silent_fault_is_caught("flip-read 8M 1M xor=0x01", workload, Place::FileInMount);
     }
+}
+
+/// With `--encrypt` the tag is the checksum: every silent fault is caught by it.
+#[test]
+fn silent_faults_are_caught_with_encryption() {
+    for rule in [
+        "drop-write 8M 1M",
+        "tear-write 8M 1M keep=4k",
+        "flip-write 8M 1M xor=0x01",
+        "flip-read 8M 1M xor=0x01",
+    ] {
+        for workload in ["swap-w-seq", "seq-read"] {
+            silent_fault_is_caught_with(rule, workload, Place::LoopDevice, &["--encrypt"]);
+        }
+    }
+}
+
+#[test]
+fn encrypted_bench_verifies_and_a_read_flipped_once_is_retried() {
+    for workload in ["swap-w-seq", "seq-read"] {
+        for unit in ["4k", "2m"] {
+            let s = setup(Place::LoopDevice);
+            let out = bench_with(workload, &s.swap, &["--encrypt", "--unit", unit]);
+            let what = format!("{workload} --unit {unit} --encrypt");
+            assert_eq!(out.code(), Some(0), "{what}: {}", out.describe());
+            let v = report(&out).unwrap_or_else(|| panic!("{what}: no report: {}", out.describe()));
+            assert_eq!(v["verify"], "ok", "{what}");
+            assert!(
+                counter(&v, "pswpout").unwrap() > 0,
+                "{what}: nothing swapped"
+            );
+            assert_eq!(counter(&v, "swap_csum_fail"), Some(0), "{what}: {v}");
+            s.fm.close().unwrap();
+        }
+    }
+    let s = setup(Place::LoopDevice);
+    s.fm.control("flip-read 8M 1M xor=0x01 count=1").unwrap();
+    let out = bench_with("seq-read", &s.swap, &["--encrypt"]);
+    assert_eq!(hits(&s.fm, Kind::FlipRead), 1, "{}", out.describe());
+    assert_eq!(out.code(), Some(0), "{}", out.describe());
+    let v = report(&out).expect("report");
+    assert_eq!(v["verify"], "ok");
+    assert!(counter(&v, "swap_csum_fail").unwrap_or(0) >= 1, "{v}");
+    s.fm.close().unwrap();
 }
 
 #[test]

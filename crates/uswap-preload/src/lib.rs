@@ -50,6 +50,7 @@ struct Config {
     threshold: usize,
     stats: Option<String>,
     root_pid: Option<i32>,
+    encrypt: bool,
     thread_arenas: bool,
 }
 
@@ -206,6 +207,11 @@ fn read_config() -> Result<Config, String> {
         root_pid: std::env::var("USWAP_ROOT_PID")
             .ok()
             .and_then(|s| s.parse().ok()),
+        encrypt: match std::env::var("USWAP_ENCRYPT").as_deref() {
+            Err(_) | Ok("") | Ok("0") | Ok("off") => false,
+            Ok("1") | Ok("on") => true,
+            Ok(o) => return Err(format!("USWAP_ENCRYPT={o:?}: use on or off")),
+        },
         thread_arenas: match std::env::var("USWAP_THREAD_ARENAS").as_deref() {
             Err(_) | Ok("") | Ok("1") | Ok("on") => true,
             Ok("0") | Ok("off") => false,
@@ -258,6 +264,7 @@ fn pool() -> Option<&'static Pool> {
         let mut b = Pool::builder()
             .budget(cfg.budget)
             .unit(cfg.unit)
+            .encrypt(cfg.encrypt)
             .fork_hooks(false);
         if let Some(p) = &cfg.swap_file {
             b = b.swap_file(p);

@@ -94,12 +94,13 @@ pub fn counters_dict<'py>(py: Python<'py>, c: &uswap::Counters) -> PyResult<Boun
 /// A resident budget and a swap tier, shared by the regions made from it.
 ///
 /// Pool(budget="256M", *, swap_file=None, swap_size=None, unit="auto", tier=None,
-///      readahead="vma", fault_threads=1)
+///      readahead="vma", fault_threads=1, encrypt=False)
 ///
 /// Sizes are ints (bytes) or strings such as "256M" or "2G". `swap_file`: a directory
 /// (an unnamed file is made in it), a new file path, or a block device; default $TMPDIR.
 /// `swap_size`: fixed swap capacity (default: grows with the regions). `unit`: "4k",
-/// "2m" or "auto". `tier`: None or "file" (the swap file). Use it as a context manager,
+/// "2m" or "auto". `tier`: None or "file" (the swap file). `encrypt`: encrypt what goes
+/// to the swap file, under a key made at start and never written anywhere. Use it as a context manager,
 /// or call close().
 #[pyclass(module = "uswap", frozen, weakref)]
 pub struct Pool {
@@ -129,7 +130,7 @@ pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Pool {
     #[new]
     #[pyo3(signature = (budget=None, *, swap_file=None, swap_size=None, unit="auto", tier=None,
-                        readahead="vma", fault_threads=1))]
+                        readahead="vma", fault_threads=1, encrypt=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -140,8 +141,10 @@ impl Pool {
         tier: Option<&str>,
         readahead: &str,
         fault_threads: usize,
+        encrypt: bool,
     ) -> PyResult<Self> {
         let mut b = uswap::Pool::builder()
+            .encrypt(encrypt)
             .unit(unit_arg(unit)?)
             .readahead(readahead_arg(readahead)?)
             .fault_threads(fault_threads);

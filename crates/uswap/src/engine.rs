@@ -139,6 +139,10 @@ impl Engine {
             }
             _ => None,
         };
+        let seal = match cfg.encrypt {
+            true => Some(crate::tier::seal::Sealer::new(max_slots)?),
+            false => None,
+        };
         let frames = Frames::new(cfg.budget)?;
         frames.register(&uffd).map_err(|source| Error::Sys {
             op: "UFFDIO_REGISTER (swap-cache frames)",
@@ -151,7 +155,15 @@ impl Engine {
             frames,
             cache: SwapCache::new(max_slots),
             slots,
-            tiers: Tiers::new(swap, compressed, remote, back_writes, max_slots),
+            tiers: Tiers::new(
+                swap,
+                compressed,
+                remote,
+                back_writes,
+                max_slots,
+                seal,
+                cfg.checksums,
+            ),
             regions: Regions::new(),
             lists: ReclaimLists::default(),
             writeback: Writeback::new(),

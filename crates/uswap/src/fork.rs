@@ -388,6 +388,16 @@ fn child(e: &Arc<Engine>) {
         file.base()
     };
     e.slots.freeze_below(limit);
+    // Our own file gets our own key: parent and child count write generations on
+    // from the same value and may use the same slot numbers (`tier/seal.rs`).
+    if let Some(s) = &e.tiers.seal {
+        if !s.fork_child(limit) {
+            eprintln!(
+                "uswap: after fork: cannot make an encryption key for the child's swap \
+                 file; its pages stay in RAM, over budget"
+            );
+        }
+    }
     e.tiers.inflight_reset();
     if let Some(r) = &e.tiers.remote {
         r.fork_child();

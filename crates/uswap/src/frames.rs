@@ -164,10 +164,12 @@ pub(crate) enum Site {
     Written,
     /// Retagged: a copy whose mapping failed, put back as clean.
     Unmapped,
+    /// Ciphertext of a write (encryption at rest).
+    Bounce,
 }
 
 impl Site {
-    const ALL: [Site; 11] = [
+    const ALL: [Site; 12] = [
         Site::SwapIn,
         Site::Readahead,
         Site::InThread,
@@ -179,6 +181,7 @@ impl Site {
         Site::Writing,
         Site::Written,
         Site::Unmapped,
+        Site::Bounce,
     ];
 }
 

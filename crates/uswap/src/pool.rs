@@ -134,6 +134,8 @@ pub struct PoolBuilder {
     pub(crate) compressed_max_percent: u32,
     pub(crate) remote: Option<String>,
     pub(crate) inject: FaultInjection,
+    pub(crate) encrypt: bool,
+    pub(crate) checksums: bool,
 }
 
 impl Default for PoolBuilder {
@@ -159,6 +161,8 @@ impl Default for PoolBuilder {
             compressed_max_percent: 50,
             remote: None,
             inject: FaultInjection::default(),
+            encrypt: false,
+            checksums: true,
         }
     }
 }
@@ -273,6 +277,27 @@ impl PoolBuilder {
     /// its own locks (the LD_PRELOAD library does), turns this off.
     pub fn fork_hooks(mut self, on: bool) -> Self {
         self.fork_hooks = on;
+        self
+    }
+    /// Encrypt what goes to the swap file (default off; see the README): AES-256-GCM
+    /// per 4 KiB page under a key made at start from the OS RNG and never written
+    /// anywhere, so the file is unreadable once the process is gone, or to anybody who
+    /// copies it meanwhile. The tag is each page's checksum: a changed byte is caught as
+    /// with checksums. Costs the encryption (hardware AES: a few GB/s per core) and 24
+    /// bytes per swapped page. The compressed tier holds its pages in this process's
+    /// RAM, unencrypted; what it writes back to the file is encrypted.
+    pub fn encrypt(mut self, on: bool) -> Self {
+        self.encrypt = on;
+        self
+    }
+    /// A measurement knob, not a setting: `false` stops hashing the pages written to
+    /// the swap file and checking them when read back, so that the cost of checksums
+    /// can be measured (`docs/benchmarks.md`). A page the device changed then comes
+    /// back as wrong bytes. Default and only sane value: `true`. With `encrypt`, the
+    /// tag still checks every page.
+    #[doc(hidden)]
+    pub fn checksums(mut self, on: bool) -> Self {
+        self.checksums = on;
         self
     }
     /// Inject backend I/O errors (for tests).

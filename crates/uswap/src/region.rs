@@ -70,6 +70,32 @@ impl Region {
             std::slice::from_raw_parts(self.inner.base as *const AtomicU64, self.inner.len / 8)
         }
     }
+    /// For tests (corruption injection): where the page at byte `offset` has its only
+    /// copy in this process's swap file or device, as a byte offset in it; None when
+    /// the page is not swapped out to it, or has a copy in RAM (the swap cache, the
+    /// compressed tier), or is in a file inherited from a parent process. A page with
+    /// an offset is read from there at its next touch. Not a stable interface.
+    #[doc(hidden)]
+    pub fn swap_offset(&self, offset: usize) -> Option<u64> {
+        use crate::pagemap::PageState;
+        let e = &self.engine;
+        if offset >= self.len() {
+            return None;
+        }
+        let _a = e.fork.enter();
+        let page = (offset / crate::PAGE_SIZE) as u64;
+        let u = self.inner.unit_of(page).lock();
+        let PageState::Swapped(slot) = u.get(page as usize % crate::UNIT_PAGES) else {
+            return None;
+        };
+        if e.cache.get(slot).is_some() || e.tiers.meta.location(slot) != crate::tier::Location::Back
+        {
+            return None;
+        }
+        let file = e.tiers.file();
+        let (fd, at) = file.locate(slot);
+        (fd >= 0 && fd == file.raw()).then_some(at)
+    }
     /// This region's counters, with the pool's gauges.
     pub fn counters(&self) -> Counters {
         let _a = self.engine.fork.enter();

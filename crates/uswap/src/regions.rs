@@ -12,7 +12,6 @@ use crate::pagemap::{PageState, RegionInner, RegionPolicy, UnitPages};
 use crate::stats::Counters;
 use crate::sys::mem::{map_aligned, map_fixed, unmap};
 use crate::sys::uffd::{REGISTER_MISSING, REGISTER_WP};
-use crate::tier::SlotMeta;
 use crate::{PAGE_SIZE, UNIT_PAGES, UNIT_SIZE};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU32, Ordering::*};
@@ -88,10 +87,11 @@ impl Regions {
 }
 
 /// Bytes of metadata a region of `len` bytes is charged: its page map (a word and a
-/// slot record per page) and per-unit state.
-fn metadata_of(len: usize) -> u64 {
+/// slot's records per page: `slot_bytes`, the location and checksum, with encryption
+/// also the generation and tag) and per-unit state.
+fn metadata_of(len: usize, slot_bytes: u64) -> u64 {
     let units = (len / UNIT_SIZE) as u64;
-    units * (UNIT_PAGES as u64 * (8 + SlotMeta::BYTES_PER_SLOT) + 128)
+    units * (UNIT_PAGES as u64 * (8 + slot_bytes) + 128)
 }
 
 /// Map, register and account a new region; its metadata is reserved, to be
@@ -120,7 +120,7 @@ pub(crate) fn create(
             size,
             reason: "larger than 64 TiB".into(),
         })? as usize;
-    let metadata = metadata_of(len);
+    let metadata = metadata_of(len, e.tiers.bytes_per_slot());
     let (md, md_res) = e.budget.metadata_bytes();
     let md_after = md + md_res + metadata;
     if md_after + 2 * UNIT_SIZE as u64 > e.budget.bytes() {

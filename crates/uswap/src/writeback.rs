@@ -62,9 +62,12 @@ impl Writeback {
     }
 }
 
-/// Whether reclaim may start writes now.
+/// Whether reclaim may start writes now (with encryption: and a key to write with,
+/// which a forked child may lack).
 pub(crate) fn can_write(e: &Engine) -> bool {
-    e.tiers.back_writes && e.writeback.blocked_for().is_none()
+    e.tiers.back_writes
+        && e.writeback.blocked_for().is_none()
+        && e.tiers.seal.as_ref().is_none_or(|s| s.can_write())
 }
 
 /// The back tier refused a write with `err`: stop writing for a while.
@@ -166,7 +169,9 @@ pub(crate) fn write_pages(
 
 /// Pages `pages` of a locked unit, in `frames`, are written to slots `first..`: the
 /// swap cache holds each as `Writing` until the write completes, the page map says
-/// swapped, the slot records the page's checksum.
+/// swapped, the slot records the page's checksum. With encryption the request writes
+/// the pages' ciphertext, from bounce pages it owns (`tier/seal.rs`); the frames keep
+/// the plaintext, the clean copies once written.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn write_run(
     e: &Engine,
@@ -195,7 +200,7 @@ pub(crate) fn write_run(
             ),
         );
         e.slots.set_cache(s);
-        let hash = crate::tier::page_hash(e.frames.page(f));
+        let hash = e.tiers.checksum(e.frames.page(f));
         e.tiers.meta.set(s, Location::Back, hash);
         if by_slot {
             e.tiers.meta.set_owner(s, r.id, p);
@@ -210,6 +215,9 @@ pub(crate) fn write_run(
         frames.to_vec(),
         first,
     );
+    if let Some(bounce) = crate::tier::seal::seal_run(e, frames, first) {
+        op = op.with_bounce(bounce);
+    }
     op.attempt = attempt;
     e.tiers.submit(e, ctx, op);
 }
@@ -269,6 +277,11 @@ pub(crate) fn complete_write(e: &Engine, ctx: &mut ThreadCtx, mut op: Op, res: i
             e.tiers.submit(e, ctx, op);
             return;
         }
+    }
+    // Done with this request: its ciphertext goes (a page written elsewhere is
+    // encrypted again, under a new generation).
+    if let Some(b) = op.bounce.take() {
+        crate::tier::seal::release(e, b);
     }
     let first_unit = op.pages[0] / UNIT_PAGES as u64;
     debug_assert!(op.pages.iter().all(|p| p / UNIT_PAGES as u64 == first_unit));

@@ -222,7 +222,8 @@ fn fault(e: &Engine, r: &Arc<RegionInner>, page: u64) -> bool {
 }
 
 /// Read page `page` (swapped to `slot` on the back tier) with a synchronous O_DIRECT
-/// pread into a frame, check it, map it clean. Under the unit's lock.
+/// pread into a frame, check it (with encryption: decrypt it), map it clean. Under
+/// the unit's lock.
 fn read_in(
     e: &Engine,
     r: &RegionInner,
@@ -249,10 +250,7 @@ fn read_in(
             && seq.is_multiple_of(inj.fail_read_every)
             && (attempt == 0 || !inj.transient);
         if n == PAGE_SIZE as isize && !failed {
-            if e.tiers
-                .meta
-                .hash_matches(slot, crate::tier::page_hash(e.frames.page(frame)))
-            {
+            if e.tiers.verify_page(&e.frames, slot, frame) {
                 good = true;
                 break;
             }

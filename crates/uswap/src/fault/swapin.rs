@@ -223,8 +223,9 @@ fn queue_reads(
 }
 
 /// Which pages of a finished read came back right: all of them for a full read
-/// whose checksums match, none for an error. On any wrong page the request is
-/// tried again (whole) while tries remain: None.
+/// whose checksums match (with encryption: that decrypt, their tags matching), none
+/// for an error. On any wrong page the request is tried again (whole) while tries
+/// remain: None.
 pub(crate) fn verify_read(
     e: &Engine,
     ctx: &mut ThreadCtx,
@@ -237,11 +238,7 @@ pub(crate) fn verify_read(
             .iter()
             .enumerate()
             .map(|(k, &f)| {
-                let s = op.slot + k as u64;
-                let ok = e
-                    .tiers
-                    .meta
-                    .hash_matches(s, crate::tier::page_hash(e.frames.page(f)));
+                let ok = e.tiers.verify_page(&e.frames, op.slot + k as u64, f);
                 if !ok {
                     op.region.counters.swap_csum_fail.fetch_add(1, Relaxed);
                 }

@@ -17,6 +17,7 @@
 pub(crate) mod compressed;
 pub(crate) mod file;
 pub(crate) mod remote;
+pub(crate) mod seal;
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};
@@ -55,11 +56,15 @@ pub struct Op {
     pub attempt: u8,
     /// Part of a whole-unit (2 MiB) swap-in: map the unit whole when all parts are in.
     pub unit_read: bool,
+    /// An encrypted write's ciphertext, which the request writes instead of the
+    /// frames (`seal.rs`); released when it completes for good.
+    pub(crate) bounce: Option<seal::Bounce>,
     iov: Vec<libc::iovec>,
 }
 
 // SAFETY: the iovecs point into frames of the pool's arenas, which live as long as
-// the engine and belong to this request until it completes.
+// the engine and belong to this request until it completes, or into its own bounce
+// pages.
 unsafe impl Send for Op {}
 
 impl Op {
@@ -81,8 +86,38 @@ impl Op {
             slot,
             attempt: 0,
             unit_read: false,
+            bounce: None,
             iov,
         }
+    }
+
+    /// Write `bounce`'s pages (the frames' ciphertext) instead of the frames.
+    pub(crate) fn with_bounce(mut self, bounce: seal::Bounce) -> Op {
+        debug_assert_eq!(bounce.len(), self.frames.len());
+        self.iov = crate::ring::coalesce_iov(&bounce.pages);
+        self.bounce = Some(bounce);
+        self
+    }
+
+    /// The bytes a write sends for its `k`th page: its ciphertext when encrypted,
+    /// else the frame.
+    pub(crate) fn write_page<'a>(
+        &'a self,
+        frames: &'a crate::frames::Frames,
+        k: usize,
+    ) -> &'a [u8] {
+        match &self.bounce {
+            // SAFETY: a bounce page is a page-sized buffer this request owns until it
+            // completes; nothing writes it after sealing.
+            Some(b) => unsafe { std::slice::from_raw_parts(b.pages[k] as *const u8, PAGE_SIZE) },
+            None => frames.page(self.frames[k]),
+        }
+    }
+
+    /// Pages of the budget that leave it when this write completes: its frames (then
+    /// clean, droppable) and its bounce pages.
+    fn budget_pages(&self) -> i64 {
+        (self.pages.len() + self.bounce.as_ref().map_or(0, seal::Bounce::len)) as i64
     }
 
     /// Bytes the request moves.
@@ -230,7 +265,8 @@ pub(crate) struct Inflight {
     pub(crate) requests: AtomicI64,
     /// Writes.
     pub(crate) writes: AtomicI64,
-    /// Pages being written: they leave the budget when their writes complete.
+    /// Pages being written, and their bounce pages: they leave the budget when their
+    /// writes complete.
     pub(crate) write_pages: AtomicI64,
 }
 
@@ -243,6 +279,11 @@ pub(crate) enum Back {
 /// The pool's tiers.
 pub(crate) struct Tiers {
     pub(crate) meta: SlotMeta,
+    /// Encryption of what goes to the back tier, if on (`seal.rs`).
+    pub(crate) seal: Option<seal::Sealer>,
+    /// Pages written to the back tier are hashed, and checked when read (off only to
+    /// measure what that costs: `PoolBuilder::checksums`).
+    pub(crate) checksums: bool,
     /// The compressed tier in front, if configured.
     pub(crate) compressed: Option<compressed::Compressed>,
     pub(crate) back: Back,
@@ -262,12 +303,16 @@ impl Tiers {
         remote: Option<remote::Remote>,
         back_writes: bool,
         max_slots: u64,
+        seal: Option<seal::Sealer>,
+        checksums: bool,
     ) -> Tiers {
         if remote.is_some() || !back_writes {
             file.set_sparse();
         }
         Tiers {
             meta: SlotMeta::new(max_slots),
+            seal,
+            checksums,
             compressed,
             back: Back::File(RwLock::new(file)),
             back_writes,
@@ -287,6 +332,43 @@ impl Tiers {
     pub(crate) fn file_mut(&self) -> std::sync::RwLockWriteGuard<'_, SwapFile> {
         match &self.back {
             Back::File(f) => f.write().unwrap_or_else(|p| p.into_inner()),
+        }
+    }
+
+    /// The checksum to record for a page about to be written to the back tier (0 when
+    /// checksums are off: it then matches no page, so a clean page mapped by a move is
+    /// written again rather than trusted, `unit.rs`).
+    pub(crate) fn checksum(&self, bytes: &[u8]) -> u64 {
+        if self.checksums {
+            page_hash(bytes)
+        } else {
+            0
+        }
+    }
+
+    /// Bytes of this process's records per slot (charged with each region's page map).
+    pub(crate) fn bytes_per_slot(&self) -> u64 {
+        SlotMeta::BYTES_PER_SLOT
+            + self
+                .seal
+                .as_ref()
+                .map_or(0, |_| seal::Sealer::BYTES_PER_SLOT)
+    }
+
+    /// Whether the bytes just read into `frame` from `slot` (on the back tier) are
+    /// what was written there: with encryption, decrypted in place and authenticated
+    /// by the tag; else checked against the checksum. False: a wrong page (its frame
+    /// holds garbage), to read again or give up.
+    pub(crate) fn verify_page(
+        &self,
+        frames: &crate::frames::Frames,
+        slot: Slot,
+        frame: usize,
+    ) -> bool {
+        match &self.seal {
+            Some(s) => s.open(slot, frames.page_mut(frame)),
+            None if !self.checksums => true,
+            None => self.meta.hash_matches(slot, page_hash(frames.page(frame))),
         }
     }
 
@@ -317,7 +399,7 @@ impl Tiers {
             self.inflight.writes.fetch_add(1, Relaxed);
             self.inflight
                 .write_pages
-                .fetch_add(op.pages.len() as i64, Relaxed);
+                .fetch_add(op.budget_pages(), Relaxed);
         }
         if self.remote.is_some() {
             match ctx.remote.as_mut() {
@@ -343,9 +425,7 @@ impl Tiers {
         self.inflight.requests.fetch_sub(1, Relaxed);
         if done.write {
             self.inflight.writes.fetch_sub(1, Relaxed);
-            self.inflight
-                .write_pages
-                .fetch_sub(done.pages as i64, Relaxed);
+            self.inflight.write_pages.fetch_sub(done.pages, Relaxed);
         }
     }
 
@@ -382,14 +462,15 @@ pub(crate) fn page_hash(bytes: &[u8]) -> u64 {
 #[derive(Clone, Copy)]
 pub(crate) struct Finished {
     write: bool,
-    pages: usize,
+    /// What the write counted in `write_pages` (`Op::budget_pages`).
+    pages: i64,
 }
 
 impl Finished {
     pub(crate) fn of(op: &Op) -> Finished {
         Finished {
             write: op.kind == OpKind::Write,
-            pages: op.pages.len(),
+            pages: op.budget_pages(),
         }
     }
 }
