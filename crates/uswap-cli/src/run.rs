@@ -25,6 +25,8 @@ Exit status: PROGRAM's own (128+N when killed by signal N), 2 for bad options,
 
 Examples:
   uswap run --budget 2G --stats -- python3 big.py
+  uswap run --budget 1G --tier compressed+file -- ./server    (compressed RAM before disk)
+  uswap run --budget 1G --tier remote --remote redis://10.0.0.5:7000 -- ./solver
   uswap run --budget 512M --unit 2m --stats=/tmp/stats.json -- ./solver input";
 
 /// Where `libuswap_preload.so` is: $USWAP_PRELOAD, next to this executable, or in
@@ -122,7 +124,11 @@ pub fn main(args: RunArgs) -> i32 {
     };
     // Check the settings here, where an error can stop the run, rather than in the
     // program, where the preload library could only go on without uswap.
-    let mut b = uswap::Pool::builder().budget(args.budget);
+    if let Err(e) = args.tiers.check() {
+        eprintln!("uswap run: error: {e}");
+        return 2;
+    }
+    let mut b = args.tiers.apply(uswap::Pool::builder().budget(args.budget));
     if let Some(p) = &args.swap_file {
         b = b.swap_file(p);
     }
@@ -182,6 +188,7 @@ pub fn main(args: RunArgs) -> i32 {
         .env("USWAP_BUDGET", args.budget.to_string())
         .env("USWAP_UNIT", args.unit.name())
         .env("USWAP_THRESHOLD", args.threshold.to_string())
+        .envs(args.tiers.env())
         .env("USWAP_ROOT_PID", std::process::id().to_string());
     // The preload stays out of an executable it could harm (its children still run
     // under uswap).
