@@ -111,13 +111,24 @@ def test_uffd_not_permitted_for_an_unprivileged_user():
 
 
 def test_bad_options_are_value_errors():
-    with pytest.raises(ValueError, match='unknown tier "ssd": uswap has "file"'):
+    with pytest.raises(
+        ValueError,
+        match='unknown tier "ssd": uswap has "file", "compressed", "compressed\\+file"',
+    ):
         uswap.Pool("32M", tier="ssd")
     with pytest.raises(ValueError, match="unit must be"):
         uswap.Pool("32M", unit="8k")
     with pytest.raises(ValueError, match="readahead must be"):
         uswap.Pool("32M", readahead="more")
-    assert uswap.TIERS == ["file"]
+    with pytest.raises(ValueError, match='unknown compressor "gzip"'):
+        uswap.Pool("32M", tier="compressed", compressor="gzip")
+    with pytest.raises(ValueError, match="zstd:99.*outside"):
+        uswap.Pool("32M", tier="compressed+file", compressor="zstd:99")
+    with pytest.raises(ValueError, match="compressed_max must be a percent"):
+        uswap.Pool("32M", tier="compressed", compressed_max=95)
+    with pytest.raises(ValueError, match="apply to the compressed tiers"):
+        uswap.Pool("32M", compressor="lz4")
+    assert uswap.TIERS == ["file", "compressed", "compressed+file"]
     for tier in (None, "file"):
         with uswap.Pool("32M", tier=tier, unit="2m", readahead="off") as p:
             memoryview(p.region(MiB))[0] = 1
