@@ -115,6 +115,10 @@ pub(crate) fn why_not_served(path: &Path) -> Option<(String, bool)> {
 }
 
 pub fn main(args: RunArgs) -> i32 {
+    if let Err(e) = args.tiers.check() {
+        eprintln!("uswap run: error: {e}");
+        return 2;
+    }
     let preload = match find_preload() {
         Ok(p) => p,
         Err(e) => {
@@ -124,10 +128,6 @@ pub fn main(args: RunArgs) -> i32 {
     };
     // Check the settings here, where an error can stop the run, rather than in the
     // program, where the preload library could only go on without uswap.
-    if let Err(e) = args.tiers.check() {
-        eprintln!("uswap run: error: {e}");
-        return 2;
-    }
     let mut b = args.tiers.apply(uswap::Pool::builder().budget(args.budget));
     if let Some(p) = &args.swap_file {
         b = b.swap_file(p);
