@@ -20,6 +20,8 @@ KINDS = {
     "InvalidSizeError": ValueError,
     "InvalidRegionSizeError": ValueError,
     "SysError": OSError,
+    "RemoteError": ConnectionError,
+    "InvalidOptionError": ValueError,
 }
 
 
@@ -110,14 +112,51 @@ def test_uffd_not_permitted_for_an_unprivileged_user():
     assert "vm.unprivileged_userfaultfd=1" in out["message"]
 
 
-def test_bad_options_are_value_errors():
-    with pytest.raises(ValueError, match='unknown tier "ssd": uswap has "file"'):
+def test_bad_options_are_invalid_option_errors():
+    """Every bad Pool(...) option is a uswap.InvalidOptionError: a uswap.Error and a
+    ValueError, with a message that says what to do."""
+    bad = uswap.InvalidOptionError
+    assert issubclass(bad, uswap.Error) and issubclass(bad, ValueError)
+    with pytest.raises(
+        bad,
+        match='unknown tier "ssd": uswap has "file", "compressed", "compressed\\+file", '
+        '"remote", "compressed\\+remote"',
+    ):
         uswap.Pool("32M", tier="ssd")
-    with pytest.raises(ValueError, match="unit must be"):
+    with pytest.raises(bad, match="unit must be"):
         uswap.Pool("32M", unit="8k")
-    with pytest.raises(ValueError, match="readahead must be"):
+    with pytest.raises(bad, match="readahead must be"):
         uswap.Pool("32M", readahead="more")
-    assert uswap.TIERS == ["file"]
+    with pytest.raises(bad, match='unknown compressor "gzip"'):
+        uswap.Pool("32M", tier="compressed", compressor="gzip")
+    with pytest.raises(bad, match="zstd:99.*outside"):
+        uswap.Pool("32M", tier="compressed+file", compressor="zstd:99")
+    with pytest.raises(bad, match="compressed_max must be a percent"):
+        uswap.Pool("32M", tier="compressed", compressed_max=95)
+    with pytest.raises(bad, match="apply to the compressed tiers"):
+        uswap.Pool("32M", compressor="lz4")
+    with pytest.raises(bad, match="apply to the compressed tiers"):
+        uswap.Pool("32M", tier="remote", remote="redis://127.0.0.1:1", compressed_max=20)
+    with pytest.raises(bad, match='tier="remote" needs remote="redis://'):
+        uswap.Pool("32M", tier="remote")
+    with pytest.raises(bad, match='tier="compressed\\+remote" needs remote='):
+        uswap.Pool("32M", tier="compressed+remote", remote="")
+    with pytest.raises(bad, match='remote applies to tier="remote"'):
+        uswap.Pool("32M", remote="redis://127.0.0.1:7000")
+    assert uswap.TIERS == [
+        "file",
+        "compressed",
+        "compressed+file",
+        "remote",
+        "compressed+remote",
+    ]
     for tier in (None, "file"):
         with uswap.Pool("32M", tier=tier, unit="2m", readahead="off") as p:
             memoryview(p.region(MiB))[0] = 1
+
+
+def test_a_cluster_that_is_not_there_is_a_remote_error():
+    assert issubclass(uswap.RemoteError, uswap.Error)
+    assert issubclass(uswap.RemoteError, ConnectionError)
+    with pytest.raises(uswap.RemoteError, match="remote tier.*127.0.0.1:1"):
+        uswap.Pool("32M", tier="remote", remote="redis://127.0.0.1:1")

@@ -1,5 +1,6 @@
 //! `uswap bench`: its options, and one run of a workload on uswap or plain memory.
 
+use crate::data::{DataKind, Pattern};
 use crate::memory::{peak_rss_bytes, Memory, Snapshot};
 use crate::report::Report;
 use crate::workloads::{self, Mark, Outcome, Params, Ui, DEFAULT_DURATION, PAGE_BYTES};
@@ -207,6 +208,11 @@ impl Device {
             Device::Auto => "auto",
         }
     }
+}
+
+/// Parse `--data`: `zeros`, `text`, `random` or `mixed`.
+pub fn parse_data(s: &str) -> Result<DataKind, String> {
+    s.parse()
 }
 
 /// Which memory the workload runs on.
@@ -425,6 +431,16 @@ pub struct BenchArgs {
     )]
     pub io_poll_us: u32,
 
+    #[command(flatten)]
+    pub tiers: crate::tier::TierArgs,
+
+    /// What the workload writes: zeros, text (log lines and prose), random
+    /// (incompressible), or mixed (like real anonymous memory: zero pages, text, heap
+    /// objects, some random; ~2.6:1 with lz4) [default: mixed].
+    #[arg(long, value_name = "KIND", default_value = "mixed", hide_default_value = true,
+          value_parser = parse_data)]
+    pub data: DataKind,
+
     /// Seed of the data pattern and of the random choices [default: 1].
     #[arg(long, value_name = "N", default_value_t = 1, hide_default_value = true)]
     pub seed: u64,
@@ -525,6 +541,12 @@ impl BenchArgs {
         push("--spin-us", self.spin_us.to_string());
         push("--io-poll-us", self.io_poll_us.to_string());
         push("--fault-mode", self.fault_mode.name().to_string());
+        a.extend(self.tiers.to_cli_args());
+        let mut push = |k: &str, v: String| {
+            a.push(k.to_string());
+            a.push(v);
+        };
+        push("--data", self.data.name().to_string());
         push("--seed", self.seed.to_string());
         if self.encrypt {
             a.push("--encrypt".into());
@@ -593,6 +615,7 @@ impl BenchArgs {
                 FaultModeArg::Handler => uswap::FaultMode::Handler,
                 FaultModeArg::InThread => uswap::FaultMode::InThread,
             });
+        b = self.tiers.apply(b);
         if let Some(n) = self.ra_max_pages {
             b = b.readahead_max_pages(n);
         }
@@ -615,6 +638,7 @@ impl BenchArgs {
 
     /// Usage errors clap cannot see.
     pub fn check(&self) -> Result<(), String> {
+        self.tiers.check()?;
         if self.size == 0 {
             return Err("--size must be greater than zero".into());
         }
@@ -714,7 +738,9 @@ pub fn run_bench(args: &BenchArgs, show_progress: bool) -> Result<Report, BenchE
             .unwrap_or_else(|| "kernel swap".to_string()),
     );
     let ui = Ui::new(show_progress);
+    let pattern = Pattern::new(args.data, args.seed);
     let params = Params {
+        pattern: &pattern,
         seed: args.seed,
         threads: args.threads,
         duration: args.duration,
@@ -792,9 +818,24 @@ fn build_report(
     let only_combined = |p: f64| if combined { q(p) } else { None };
     let (swapin, swapout) = measured.swapped();
     let has_bg = memory_regions(memory) > 1;
+    let on_uswap = matches!(memory, Memory::Uswap { .. });
+    let tier = args.tiers.tier.kind();
+    let compressed = on_uswap && tier.is_compressed();
     Report {
         workload: args.workload.name().to_string(),
         memory: memory.kind_name().to_string(),
+        data: args.data.name().to_string(),
+        tier: on_uswap.then(|| tier.name().to_string()),
+        compressor: compressed.then(|| args.tiers.compressor().to_string()),
+        compressed_max_pct: compressed.then_some(args.tiers.compressed_max()),
+        remote: (on_uswap && tier.is_remote())
+            .then(|| args.tiers.remote.as_deref().map(crate::tier::redacted))
+            .flatten(),
+        zswap_ratio: if compressed {
+            measured.uswap_total().map(|c| c.zswap_ratio())
+        } else {
+            None
+        },
         size: args.size,
         region_bytes: memory.len(0),
         budget: args.budget,

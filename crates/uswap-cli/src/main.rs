@@ -3,6 +3,7 @@
 mod against;
 mod bench;
 mod cgroup;
+mod data;
 mod harness;
 mod kswap;
 mod latency;
@@ -13,6 +14,7 @@ mod plot;
 mod report;
 mod run;
 mod run_against;
+mod tier;
 mod workloads;
 
 use clap::{Args, Parser, Subcommand};
@@ -69,6 +71,8 @@ pub struct RunArgs {
     #[arg(long, value_enum, value_name = "UNIT", ignore_case = true, default_value_t = bench::Unit::Small,
           hide_default_value = true)]
     pub unit: bench::Unit,
+    #[command(flatten)]
+    pub tiers: tier::TierArgs,
     /// Allocations and mappings of at least SIZE go under uswap [default: 1M].
     #[arg(long, value_name = "SIZE", default_value = "1M", hide_default_value = true,
           value_parser = bench::parse_size_arg)]

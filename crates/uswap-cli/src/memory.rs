@@ -320,6 +320,14 @@ impl Snapshot {
         }
     }
 
+    /// uswap's pool totals (None for kernel swap).
+    pub fn uswap_total(&self) -> Option<&uswap::Counters> {
+        match self {
+            Snapshot::Uswap { total, .. } => Some(total),
+            Snapshot::Kernel(_) => None,
+        }
+    }
+
     /// Pages swapped in and out (4 KiB units).
     pub fn swapped(&self) -> (u64, u64) {
         match self {
@@ -360,6 +368,7 @@ pub fn peak_rss_bytes() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::data::{DataKind, Pattern};
     use crate::workloads::{check_page, write_page, Expect, PAGE_WORDS};
     use std::sync::atomic::Ordering::Relaxed;
 
@@ -380,15 +389,16 @@ mod tests {
         let mem = Memory::plain(&[2 << 20], false).unwrap();
         let words = mem.words(0);
         let pages = (words.len() / PAGE_WORDS) as u64;
+        let pat = Pattern::new(DataKind::Mixed, 77);
         for page in 0..pages {
-            write_page(words, 77, page, 1);
+            write_page(words, &pat, page, 1);
         }
         let (page, word) = (300u64, 17usize);
         let x = &words[page as usize * PAGE_WORDS + word];
         let good = x.load(Relaxed);
         x.store(good ^ 1, Relaxed);
         let bad: Vec<_> = (0..pages)
-            .filter_map(|p| check_page(words, 77, p, Expect::Page(1)).err())
+            .filter_map(|p| check_page(words, &pat, p, Expect::Page(1)).err())
             .collect();
         assert_eq!(bad.len(), 1);
         assert_eq!((bad[0].page, bad[0].word), (page, word));

@@ -14,6 +14,26 @@ pub struct Report {
     pub workload: String,
     /// `uswap` or `plain`.
     pub memory: String,
+    /// What the workload wrote (`--data`): `zeros`, `text`, `random` or `mixed`.
+    #[serde(default)]
+    pub data: String,
+    /// uswap: where swapped pages went (`file`, `compressed`, `compressed+file`); null
+    /// for plain memory.
+    #[serde(default)]
+    pub tier: Option<String>,
+    /// With the compressed tier: its compressor (`lz4`, `zstd:1`, ...).
+    #[serde(default)]
+    pub compressor: Option<String>,
+    /// With the compressed tier: the pool's share of the budget, percent.
+    #[serde(default)]
+    pub compressed_max_pct: Option<u32>,
+    /// With a remote tier: the cluster's seed nodes (without passwords).
+    #[serde(default)]
+    pub remote: Option<String>,
+    /// With the compressed tier: bytes stored over bytes the pool held, at the end of
+    /// the measured phases (`counters_measured` has both).
+    #[serde(default)]
+    pub zswap_ratio: Option<f64>,
     /// Size asked for, bytes.
     pub size: u64,
     /// Size of the region actually mapped (rounded up to 2 MiB), bytes.
@@ -104,6 +124,52 @@ pub struct Report {
 }
 
 impl Report {
+    /// The compressed tier's figures for the table: compressor and share, the pool at
+    /// the end of the measured phases, and the whole run's stores, loads, write-backs
+    /// and refusals.
+    fn compressed_row(&self) -> Option<String> {
+        let compressor = self.compressor.as_deref()?;
+        let end = |k: &str| self.counters_measured.get(k).and_then(|v| v.as_u64());
+        let run = |k: &str| self.counters.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
+        let size = |v: Option<u64>| v.map_or("-".to_string(), uswap::format_size);
+        Some(format!(
+            "{compressor}, pool share {}% of the budget; at the end of the measured phases: \
+             pool {}, stored {}, ratio {}; zswpout {} zswpin {} zswpwb {}, refused: poor \
+             compression {}, pool full {}; same-filled pages {}",
+            self.compressed_max_pct.unwrap_or(0),
+            size(end("zswap_pool_bytes")),
+            size(end("zswap_stored_bytes")),
+            self.zswap_ratio
+                .map_or("-".to_string(), |r| format!("{r:.2}")),
+            run("zswpout"),
+            run("zswpin"),
+            run("zswpwb"),
+            run("zswap_reject_compress"),
+            run("zswap_reject_full"),
+            end("zswap_same_filled_pages").unwrap_or(0),
+        ))
+    }
+
+    /// The remote tier's figures for the table: the whole run's values written and
+    /// read, payload bytes, retries, failovers, values lost, read latency.
+    fn remote_row(&self) -> Option<String> {
+        let nodes = self.remote.as_deref()?;
+        let run = |k: &str| self.counters.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
+        Some(format!(
+            "{nodes}: writes {} ({}), reads {} ({}), retries {}, failovers {}, lost {}; \
+             read p50 {} us, p99 {} us",
+            run("remote_writes"),
+            uswap::format_size(run("remote_bytes_out")),
+            run("remote_reads"),
+            uswap::format_size(run("remote_bytes_in")),
+            run("remote_retries"),
+            run("remote_failovers"),
+            run("remote_lost"),
+            run("remote_get_p50_us"),
+            run("remote_get_p99_us"),
+        ))
+    }
+
     /// The single-line JSON object.
     pub fn to_json_line(&self) -> String {
         serde_json::to_string(self)
@@ -120,11 +186,23 @@ impl Report {
         row(
             "memory",
             if self.memory == "uswap" {
-                format!("uswap (unit {}, readahead {})", self.unit, self.readahead)
+                format!(
+                    "uswap (unit {}, readahead {}, tier {})",
+                    self.unit,
+                    self.readahead,
+                    self.tier.as_deref().unwrap_or("file")
+                )
             } else {
                 format!("plain anonymous memory, kernel swap (unit {})", self.unit)
             },
         );
+        row("data", self.data.clone());
+        if let Some(c) = self.compressed_row() {
+            row("compressed", c);
+        }
+        if let Some(r) = self.remote_row() {
+            row("remote", r);
+        }
         row("size", uswap::format_size(self.region_bytes));
         if let Some(bg) = self.bg_size {
             row(
@@ -268,6 +346,12 @@ mod tests {
         Report {
             workload: "pmbench".into(),
             memory: "plain".into(),
+            data: "mixed".into(),
+            tier: None,
+            compressor: None,
+            compressed_max_pct: None,
+            remote: None,
+            zswap_ratio: None,
             size: 1 << 20,
             region_bytes: 2 << 20,
             budget: 256 << 20,

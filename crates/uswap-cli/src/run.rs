@@ -27,6 +27,8 @@ a failure).
 
 Examples:
   uswap run --budget 2G --stats -- python3 big.py
+  uswap run --budget 1G --tier compressed+file -- ./server    (compressed RAM before disk)
+  uswap run --budget 1G --tier remote --remote redis://10.0.0.5:7000 -- ./solver
   uswap run --budget 512M --unit 2m --stats=/tmp/stats.json -- ./solver input
   sudo uswap run --against kernel --budget 256M --repeat 3 -- node bufs.js
       the same program timed under kernel swap (swap file, --against-swap 4G by
@@ -122,6 +124,10 @@ pub(crate) fn why_not_served(path: &Path) -> Option<(String, bool)> {
 /// Find the preload library and check the settings (a pool is started and stopped), or
 /// say why not on stderr and give the exit status.
 pub(crate) fn check(args: &RunArgs) -> Result<PathBuf, i32> {
+    if let Err(e) = args.tiers.check() {
+        eprintln!("uswap run: error: {e}");
+        return Err(2);
+    }
     let preload = match find_preload() {
         Ok(p) => p,
         Err(e) => {
@@ -131,8 +137,9 @@ pub(crate) fn check(args: &RunArgs) -> Result<PathBuf, i32> {
     };
     // Check the settings here, where an error can stop the run, rather than in the
     // program, where the preload library could only go on without uswap.
-    let mut b = uswap::Pool::builder()
-        .budget(args.budget)
+    let mut b = args
+        .tiers
+        .apply(uswap::Pool::builder().budget(args.budget))
         .encrypt(args.encrypt);
     if let Some(p) = &args.swap_file {
         b = b.swap_file(p);
@@ -172,6 +179,10 @@ pub(crate) fn child_args(args: &RunArgs) -> Vec<OsString> {
     if let Some(p) = &args.swap_file {
         v.push("--swap-file".into());
         v.push(p.clone().into_os_string());
+    }
+    v.extend(args.tiers.to_cli_args().into_iter().map(OsString::from));
+    if args.encrypt {
+        v.push("--encrypt".into());
     }
     match &args.stats {
         None => {}
@@ -232,6 +243,7 @@ pub fn main(args: RunArgs) -> i32 {
         .env("USWAP_UNIT", args.unit.name())
         .env("USWAP_THRESHOLD", args.threshold.to_string())
         .env("USWAP_ENCRYPT", if args.encrypt { "on" } else { "off" })
+        .envs(args.tiers.env())
         .env("USWAP_ROOT_PID", std::process::id().to_string());
     // The preload stays out of an executable it could harm (its children still run
     // under uswap).

@@ -3,9 +3,10 @@
 //! test).
 //!
 //! Every workload works on `&[AtomicU64]` with relaxed loads and stores (plain moves), so
-//! the same code runs on a uswap region and on ordinary memory. Every 4 KiB page holds a
-//! pattern that is a function of (seed, page index, version): writers stamp it, readers
-//! check it, and a final pass checks every page against the version its owner last wrote.
+//! the same code runs on a uswap region and on ordinary memory. Every 4 KiB page holds
+//! data of the chosen kind (`--data`, [`crate::data::Pattern`]) that is a function of
+//! (seed, page index, version): writers write it, readers check every word of it, and a
+//! final pass checks every page against the version its owner last wrote.
 //! A writer that overwrites a page checks what the page held first ([`rewrite_page`]),
 //! so that every page brought back from swap is checked whole before anything is written
 //! over it: data lost between two writes cannot hide under the second.
@@ -19,6 +20,8 @@ use std::fmt;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
+
+use crate::data::Pattern;
 
 /// Bytes in one page of the pattern.
 pub const PAGE_BYTES: u64 = 4096;
@@ -39,24 +42,11 @@ pub fn splitmix64(x: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// The per-page base value of `(seed, page, version)`; the page's words derive from it.
+/// A hash of `(seed, page, version)`: a page's stamp (see [`crate::data`]).
 #[inline]
 pub fn page_base(seed: u64, page: u64, version: u32) -> u64 {
     let p = splitmix64(seed ^ page.wrapping_mul(0xD6E8_FEB8_6659_FD93));
     splitmix64(p ^ u64::from(version).wrapping_mul(0xA076_1D64_78BD_642F))
-}
-
-/// Word `word` of a page whose base is `base`: one multiply and one xor, so that stamping
-/// and checking a page costs far less than the memory traffic it causes.
-#[inline]
-pub fn word_value(base: u64, word: usize) -> u64 {
-    base ^ (word as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-}
-
-/// Expected value of word `word` of `page` at `version`.
-#[inline]
-pub fn pattern_word(seed: u64, page: u64, version: u32, word: usize) -> u64 {
-    word_value(page_base(seed, page, version), word)
 }
 
 /// The one word of a page that pmbench writes (its reads touch any word).
@@ -77,12 +67,12 @@ pub fn page_count(words: &[AtomicU64]) -> u64 {
     (words.len() / PAGE_WORDS) as u64
 }
 
-/// Stamp all 512 words of `page` with the pattern of `version`.
+/// Write all 512 words of `page` with its data at `version`.
 #[inline]
-pub fn write_page(words: &[AtomicU64], seed: u64, page: u64, version: u32) {
-    let base = page_base(seed, page, version);
+pub fn write_page(words: &[AtomicU64], pat: &Pattern, page: u64, version: u32) {
+    let img = pat.page(page, version);
     for (w, x) in page_words(words, page).iter().enumerate() {
-        x.store(word_value(base, w), Relaxed);
+        x.store(img.word(w), Relaxed);
     }
 }
 
@@ -93,12 +83,12 @@ pub fn write_page(words: &[AtomicU64], seed: u64, page: u64, version: u32) {
 #[inline]
 pub fn rewrite_page(
     words: &[AtomicU64],
-    seed: u64,
+    pat: &Pattern,
     page: u64,
     old: u32,
     new: u32,
 ) -> Result<(), Box<Mismatch>> {
-    let (was, now) = (page_base(seed, page, old), page_base(seed, page, new));
+    let (was, now) = (pat.page(page, old), pat.page(page, new));
     let ws = page_words(words, page);
     let wrong = |w: usize, found: u64| {
         Err(Box::new(Mismatch {
@@ -107,21 +97,21 @@ pub fn rewrite_page(
             page,
             word: w,
             offset: page * PAGE_BYTES + w as u64 * 8,
-            expected: word_value(was, w),
+            expected: was.word(w),
             found,
             expected_version: old,
         }))
     };
-    let found = ws[0].swap(word_value(now, 0), Relaxed);
-    if found != word_value(was, 0) {
+    let found = ws[0].swap(now.word(0), Relaxed);
+    if found != was.word(0) {
         return wrong(0, found);
     }
     for (w, x) in ws.iter().enumerate().skip(1) {
         let found = x.load(Relaxed);
-        if found != word_value(was, w) {
+        if found != was.word(w) {
             return wrong(w, found);
         }
-        x.store(word_value(now, w), Relaxed);
+        x.store(now.word(w), Relaxed);
     }
     Ok(())
 }
@@ -177,7 +167,7 @@ impl fmt::Display for Mismatch {
 /// empty for the caller to fill).
 pub fn check_page(
     words: &[AtomicU64],
-    seed: u64,
+    pat: &Pattern,
     page: u64,
     expect: Expect,
 ) -> Result<(), Box<Mismatch>> {
@@ -185,14 +175,13 @@ pub fn check_page(
         Expect::Page(v) => (v, usize::MAX, v),
         Expect::Touched(v) => (POPULATE_VERSION, touched_word(page), v),
     };
-    let base = page_base(seed, page, base_version);
-    let tbase = page_base(seed, page, touched_version);
+    let img = pat.page(page, base_version);
     for (w, x) in page_words(words, page).iter().enumerate() {
         let found = x.load(Relaxed);
         let (want, version) = if w == touched {
-            (word_value(tbase, w), touched_version)
+            (pat.touched(page, touched_version, w), touched_version)
         } else {
-            (word_value(base, w), base_version)
+            (img.word(w), base_version)
         };
         if found != want {
             return Err(Box::new(Mismatch {
@@ -430,9 +419,11 @@ fn seq_phase(
 // Workloads
 
 /// Settings shared by the workloads.
-#[derive(Debug, Clone, Copy)]
-pub struct Params {
-    /// Pattern and PRNG seed.
+#[derive(Clone, Copy)]
+pub struct Params<'a> {
+    /// The data pages hold.
+    pub pattern: &'a Pattern,
+    /// Seed of the random choices (the pattern has its own).
     pub seed: u64,
     /// Worker threads.
     pub threads: usize,
@@ -523,7 +514,7 @@ impl Outcome {
 
     fn populate(&mut self, ui: &Ui, name: &str, words: &[AtomicU64], p: &Params) {
         self.seq(ui, (name, ""), words, p.threads, false, |page| {
-            write_page(words, p.seed, page, POPULATE_VERSION);
+            write_page(words, p.pattern, page, POPULATE_VERSION);
             Ok(())
         });
     }
@@ -541,13 +532,13 @@ pub fn swap_w_seq(words: &[AtomicU64], p: &Params, ui: &Ui, mark: &mut dyn FnMut
     let mut out = Outcome::default();
     mark(Mark::Start);
     let ok = out.seq(ui, ("write 1", "main"), words, p.threads, true, |page| {
-        write_page(words, p.seed, page, 1);
+        write_page(words, p.pattern, page, 1);
         Ok(())
     });
     mark(Mark::Written);
     if ok {
         out.seq(ui, ("write 2", "main"), words, p.threads, true, |page| {
-            rewrite_page(words, p.seed, page, 1, 2)
+            rewrite_page(words, p.pattern, page, 1, 2)
         });
     }
     mark(Mark::End);
@@ -556,7 +547,7 @@ pub fn swap_w_seq(words: &[AtomicU64], p: &Params, ui: &Ui, mark: &mut dyn FnMut
     }
     out.bytes = Some(2 * page_count(words) * PAGE_BYTES);
     out.seq(ui, ("verify", "main"), words, p.threads, false, |page| {
-        check_page(words, p.seed, page, Expect::Page(2))
+        check_page(words, p.pattern, page, Expect::Page(2))
     });
     out
 }
@@ -578,11 +569,11 @@ fn random_writes(
     ui: &Ui,
     (name, region): (&str, &str),
     words: &[AtomicU64],
-    threads: usize,
-    seed: u64,
+    p: &Params,
     len: Len,
     stream_base: u64,
 ) -> RandomWrites {
+    let (threads, seed, pat) = (p.threads, p.seed, p.pattern);
     let pages = page_count(words);
     let (results, elapsed) = run_phase(ui, name, len, threads, |t, ctl| {
         let n = owned_count(pages, threads, t);
@@ -601,7 +592,7 @@ fn random_writes(
             let k = Rng::scale(rng.next_u64(), n);
             let page = t as u64 + k * threads as u64;
             let v = &mut versions[k as usize];
-            if let Err(m) = rewrite_page(words, seed, page, *v, v.wrapping_add(1)) {
+            if let Err(m) = rewrite_page(words, pat, page, *v, v.wrapping_add(1)) {
                 ctl.stop();
                 return (versions, writes, Some(m));
             }
@@ -652,7 +643,7 @@ pub fn swap_w_rand(
     mark(Mark::Written);
     mark(Mark::Start);
     let name = "random write";
-    let w = random_writes(ui, (name, "main"), words, p.threads, p.seed, len, 0);
+    let w = random_writes(ui, (name, "main"), words, p, len, 0);
     out.record(name, w.elapsed, true);
     mark(Mark::End);
     out.bytes = Some(w.writes * PAGE_BYTES);
@@ -661,7 +652,7 @@ pub fn swap_w_rand(
     if out.mismatch.is_none() {
         let owned = w.owned;
         out.seq(ui, ("verify", "main"), words, p.threads, false, |page| {
-            check_page(words, p.seed, page, Expect::Page(owned.version(page)))
+            check_page(words, p.pattern, page, Expect::Page(owned.version(page)))
         });
     }
     out
@@ -699,13 +690,17 @@ pub fn pmbench(words: &[AtomicU64], p: &Params, ui: &Ui, mark: &mut dyn FnMut(Ma
             let w = if read { (r & 511) as usize } else { tw };
             let x = &words[page as usize * PAGE_WORDS + w];
             let version = if w == tw { *v } else { POPULATE_VERSION };
-            let want = pattern_word(p.seed, page, version, w);
+            let want = if w == tw {
+                p.pattern.touched(page, *v, w)
+            } else {
+                p.pattern.page(page, POPULATE_VERSION).word(w)
+            };
             let t0 = Instant::now();
             let found = if read {
                 x.load(Relaxed)
             } else {
                 // The write returns what it overwrote: checked like a read.
-                x.swap(pattern_word(p.seed, page, v.wrapping_add(1), tw), Relaxed)
+                x.swap(p.pattern.touched(page, v.wrapping_add(1), tw), Relaxed)
             };
             hist.saturating_record(t0.elapsed().as_nanos() as u64);
             if found != want {
@@ -748,7 +743,7 @@ pub fn pmbench(words: &[AtomicU64], p: &Params, ui: &Ui, mark: &mut dyn FnMut(Ma
     if out.mismatch.is_none() {
         let owned = Owned(owned);
         out.seq(ui, ("verify", "main"), words, threads, false, |page| {
-            check_page(words, p.seed, page, Expect::Touched(owned.version(page)))
+            check_page(words, p.pattern, page, Expect::Touched(owned.version(page)))
         });
     }
     out
@@ -762,7 +757,7 @@ pub fn seq_read(words: &[AtomicU64], p: &Params, ui: &Ui, mark: &mut dyn FnMut(M
     mark(Mark::Start);
     for name in ["read 1", "read 2"] {
         let ok = out.seq(ui, (name, "main"), words, p.threads, true, |page| {
-            check_page(words, p.seed, page, Expect::Page(POPULATE_VERSION))
+            check_page(words, p.pattern, page, Expect::Page(POPULATE_VERSION))
         });
         if !ok {
             break;
@@ -829,7 +824,7 @@ pub fn combined(
                     let k = Rng::scale(rng.next_u64(), n);
                     let page = b as u64 + k * bg_threads as u64;
                     let v = &mut versions[k as usize];
-                    if let Err(m) = rewrite_page(bg, p.seed, page, *v, v.wrapping_add(1)) {
+                    if let Err(m) = rewrite_page(bg, p.pattern, page, *v, v.wrapping_add(1)) {
                         ctl.stop();
                         mismatch = Some(m);
                         break;
@@ -867,7 +862,7 @@ pub fn combined(
                         };
                     }
                     let t0 = Instant::now();
-                    if let Err(m) = check_page(seq, p.seed, page, Expect::Page(version)) {
+                    if let Err(m) = check_page(seq, p.pattern, page, Expect::Page(version)) {
                         ctl.stop();
                         return CombinedWorker::Seq {
                             slice,
@@ -877,7 +872,7 @@ pub fn combined(
                             mismatch: Some(m),
                         };
                     }
-                    write_page(seq, p.seed, page, version.wrapping_add(1));
+                    write_page(seq, p.pattern, page, version.wrapping_add(1));
                     hist.saturating_record(t0.elapsed().as_nanos() as u64);
                     ctl.add(PAGE_BYTES);
                 }
@@ -939,12 +934,12 @@ pub fn combined(
         }
     };
     let ok = out.seq(ui, ("verify seq", "seq"), seq, threads, false, |page| {
-        check_page(seq, p.seed, page, Expect::Page(seq_version(page)))
+        check_page(seq, p.pattern, page, Expect::Page(seq_version(page)))
     });
     if ok && bg_threads > 0 {
         let owned = Owned(bg_owned);
         out.seq(ui, ("verify bg", "bg"), bg, threads, false, |page| {
-            check_page(bg, p.seed, page, Expect::Page(owned.version(page)))
+            check_page(bg, p.pattern, page, Expect::Page(owned.version(page)))
         });
     }
     out
@@ -953,13 +948,15 @@ pub fn combined(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::data::DataKind;
 
     fn words(pages: usize) -> Vec<AtomicU64> {
         (0..pages * PAGE_WORDS).map(|_| AtomicU64::new(0)).collect()
     }
 
-    fn params(threads: usize) -> Params {
+    fn params(pattern: &Pattern, threads: usize) -> Params<'_> {
         Params {
+            pattern,
             seed: 42,
             threads,
             duration: Some(Duration::from_millis(100)),
@@ -968,47 +965,57 @@ mod tests {
         }
     }
 
-    #[test]
-    fn pattern_depends_on_everything() {
-        let a = pattern_word(1, 10, 1, 0);
-        assert_ne!(a, pattern_word(2, 10, 1, 0), "seed");
-        assert_ne!(a, pattern_word(1, 11, 1, 0), "page");
-        assert_ne!(a, pattern_word(1, 10, 2, 0), "version");
-        assert_ne!(a, pattern_word(1, 10, 1, 1), "word");
-        assert_eq!(a, pattern_word(1, 10, 1, 0), "deterministic");
-        // Words of one page are all different and never zero in practice.
-        let base = page_base(7, 3, 1);
-        let mut seen: Vec<u64> = (0..PAGE_WORDS).map(|w| word_value(base, w)).collect();
-        seen.sort_unstable();
-        seen.dedup();
-        assert_eq!(seen.len(), PAGE_WORDS);
-        assert!(!seen.contains(&0));
-        assert!(touched_word(123) < PAGE_WORDS);
+    fn patterns() -> Vec<Pattern> {
+        DataKind::ALL.map(|k| Pattern::new(k, 9)).into()
     }
 
     #[test]
     fn write_then_check_round_trips_and_catches_each_kind_of_error() {
-        let w = words(4);
-        for page in 0..4 {
-            write_page(&w, 9, page, 3);
+        assert!(touched_word(123) < PAGE_WORDS);
+        for pat in patterns() {
+            let kind = pat.kind();
+            let w = words(4);
+            for page in 0..4 {
+                write_page(&w, &pat, page, 3);
+            }
+            for page in 0..4 {
+                assert!(check_page(&w, &pat, page, Expect::Page(3)).is_ok());
+            }
+            if kind != DataKind::Zeros {
+                // Another version or another seed: the stamp (word 0) differs.
+                let m = check_page(&w, &pat, 2, Expect::Page(4)).unwrap_err();
+                assert_eq!((m.page, m.word, m.expected_version), (2, 0, 4), "{kind}");
+                let other = Pattern::new(kind, 8);
+                assert!(
+                    (0..4).any(|page| check_page(&w, &other, page, Expect::Page(3)).is_err()),
+                    "{kind}: other seed"
+                );
+                // A page never written is caught, unless its data is a zero page.
+                let z = words(8);
+                for page in 0..8 {
+                    let zero = (0..PAGE_WORDS).all(|i| pat.page(page, 1).word(i) == 0);
+                    assert_eq!(
+                        check_page(&z, &pat, page, Expect::Page(1)).is_err(),
+                        !zero,
+                        "{kind}: page {page}"
+                    );
+                }
+            }
+            // pmbench's touched word.
+            write_page(&w, &pat, 1, POPULATE_VERSION);
+            let tw = touched_word(1);
+            w[PAGE_WORDS + tw].store(pat.touched(1, 5, tw), Relaxed);
+            assert!(check_page(&w, &pat, 1, Expect::Touched(5)).is_ok());
+            if kind != DataKind::Zeros {
+                let m = check_page(&w, &pat, 1, Expect::Touched(4)).unwrap_err();
+                assert_eq!(m.word, tw);
+                assert_eq!(m.offset, PAGE_BYTES + tw as u64 * 8);
+            }
+            // Any changed word is caught, in every kind.
+            w[2 * PAGE_WORDS + 300].fetch_xor(1 << 40, Relaxed);
+            let m = check_page(&w, &pat, 2, Expect::Page(3)).unwrap_err();
+            assert_eq!((m.word, m.found ^ m.expected), (300, 1 << 40), "{kind}");
         }
-        for page in 0..4 {
-            assert!(check_page(&w, 9, page, Expect::Page(3)).is_ok());
-        }
-        let m = check_page(&w, 9, 2, Expect::Page(4)).unwrap_err();
-        assert_eq!((m.page, m.word, m.expected_version), (2, 0, 4));
-        assert!(check_page(&w, 8, 2, Expect::Page(3)).is_err(), "other seed");
-        // A zero page (never written) is caught.
-        let z = words(1);
-        assert!(check_page(&z, 9, 0, Expect::Page(1)).is_err());
-        // pmbench's touched word.
-        write_page(&w, 9, 1, POPULATE_VERSION);
-        let tw = touched_word(1);
-        w[PAGE_WORDS + tw].store(pattern_word(9, 1, 5, tw), Relaxed);
-        assert!(check_page(&w, 9, 1, Expect::Touched(5)).is_ok());
-        let m = check_page(&w, 9, 1, Expect::Touched(4)).unwrap_err();
-        assert_eq!(m.word, tw);
-        assert_eq!(m.offset, PAGE_BYTES + tw as u64 * 8);
     }
 
     #[test]
@@ -1027,34 +1034,38 @@ mod tests {
     #[test]
     fn workloads_verify_ok_on_ordinary_memory() {
         let ui = Ui::new(false);
-        for threads in [1, 3] {
-            let w = words(300);
-            let p = params(threads);
-            let mut marks = Vec::new();
-            let out = swap_w_seq(&w, &p, &ui, &mut |m| marks.push(m));
-            assert!(out.mismatch.is_none(), "{:?}", out.mismatch);
-            assert_eq!(marks, [Mark::Start, Mark::Written, Mark::End]);
-            assert_eq!(out.bytes, Some(2 * 300 * PAGE_BYTES));
-            let p = Params {
-                duration: None,
-                ..p
-            };
-            assert!(swap_w_rand(&w, &p, &ui, &mut |_| {}).mismatch.is_none());
-            assert!(seq_read(&w, &p, &ui, &mut |_| {}).mismatch.is_none());
-            let p = params(threads);
-            let out = pmbench(&w, &p, &ui, &mut |_| {});
-            assert!(out.mismatch.is_none(), "{:?}", out.mismatch);
-            assert!(out.accesses.unwrap() > 0);
-            let bg = words(100);
-            let out = combined(
-                &w,
-                Some(&bg),
-                &Params { bg_threads: 2, ..p },
-                &ui,
-                &mut |_| {},
-            );
-            assert!(out.mismatch.is_none(), "{:?}", out.mismatch);
-            assert!(out.accesses.unwrap() > 0 && out.bg_accesses.unwrap() > 0);
+        for pat in patterns() {
+            for threads in [1, 3] {
+                let kind = pat.kind();
+                let w = words(300);
+                let p = params(&pat, threads);
+                let mut marks = Vec::new();
+                let out = swap_w_seq(&w, &p, &ui, &mut |m| marks.push(m));
+                assert!(out.mismatch.is_none(), "{kind}: {:?}", out.mismatch);
+                assert_eq!(marks, [Mark::Start, Mark::Written, Mark::End]);
+                assert_eq!(out.bytes, Some(2 * 300 * PAGE_BYTES));
+                let p = Params {
+                    duration: None,
+                    ..p
+                };
+                let out = swap_w_rand(&w, &p, &ui, &mut |_| {});
+                assert!(out.mismatch.is_none(), "{kind}: {:?}", out.mismatch);
+                assert!(seq_read(&w, &p, &ui, &mut |_| {}).mismatch.is_none());
+                let p = params(&pat, threads);
+                let out = pmbench(&w, &p, &ui, &mut |_| {});
+                assert!(out.mismatch.is_none(), "{kind}: {:?}", out.mismatch);
+                assert!(out.accesses.unwrap() > 0);
+                let bg = words(100);
+                let out = combined(
+                    &w,
+                    Some(&bg),
+                    &Params { bg_threads: 2, ..p },
+                    &ui,
+                    &mut |_| {},
+                );
+                assert!(out.mismatch.is_none(), "{kind}: {:?}", out.mismatch);
+                assert!(out.accesses.unwrap() > 0 && out.bg_accesses.unwrap() > 0);
+            }
         }
     }
 
@@ -1064,89 +1075,96 @@ mod tests {
     /// the final verification then passed).
     #[test]
     fn wrong_data_is_caught_where_it_comes_back_not_overwritten() {
-        let ui = Ui::new(false);
-        let p = Params {
-            read_pct: 0,
-            ..params(2)
-        };
-        let flip = |region: &[AtomicU64], page: u64, word: usize| {
-            region[page as usize * PAGE_WORDS + word].fetch_xor(1 << 20, Relaxed);
-        };
-        let caught = |out: Outcome, region: &str, phase: &str, word: usize| {
-            let m = out
-                .mismatch
-                .unwrap_or_else(|| panic!("{phase}: not caught"));
-            assert_eq!(
-                (m.region.as_str(), m.phase.as_str(), m.page, m.word),
-                (region, phase, 3, word),
-                "{m}"
-            );
-        };
-        let w = words(64);
-        let at_written = |word: usize| {
-            let w = &w;
-            move |m: Mark| {
-                if m == Mark::Written {
-                    flip(w, 3, word)
+        for pat in patterns() {
+            let ui = Ui::new(false);
+            let p = Params {
+                read_pct: 0,
+                ..params(&pat, 2)
+            };
+            let flip = |region: &[AtomicU64], page: u64, word: usize| {
+                region[page as usize * PAGE_WORDS + word].fetch_xor(1 << 20, Relaxed);
+            };
+            let caught = |out: Outcome, region: &str, phase: &str, word: usize| {
+                let m = out
+                    .mismatch
+                    .unwrap_or_else(|| panic!("{}: {phase}: not caught", pat.kind()));
+                assert_eq!(
+                    (m.region.as_str(), m.phase.as_str(), m.page, m.word),
+                    (region, phase, 3, word),
+                    "{m}"
+                );
+            };
+            let w = words(64);
+            let at_written = |word: usize| {
+                let w = &w;
+                move |m: Mark| {
+                    if m == Mark::Written {
+                        flip(w, 3, word)
+                    }
                 }
-            }
-        };
-        caught(
-            swap_w_seq(&w, &p, &ui, &mut at_written(5)),
-            "main",
-            "write 2",
-            5,
-        );
-        caught(
-            swap_w_rand(&w, &p, &ui, &mut at_written(5)),
-            "main",
-            "random write",
-            5,
-        );
-        caught(
-            seq_read(&w, &p, &ui, &mut at_written(5)),
-            "main",
-            "read 1",
-            5,
-        );
-        // pmbench writes one word of a page: the touched word.
-        let tw = touched_word(3);
-        caught(
-            pmbench(&w, &p, &ui, &mut at_written(tw)),
-            "main",
-            "pmbench",
-            tw,
-        );
-        let bg = words(16);
-        let out = combined(&w, Some(&bg), &p, &ui, &mut |m| {
-            if m == Mark::Written {
-                flip(&bg, 3, 5)
-            }
-        });
-        caught(out, "bg", "combined", 5);
-        caught(
-            combined(&w, None, &p, &ui, &mut at_written(5)),
-            "seq",
-            "combined",
-            5,
-        );
+            };
+            caught(
+                swap_w_seq(&w, &p, &ui, &mut at_written(5)),
+                "main",
+                "write 2",
+                5,
+            );
+            caught(
+                swap_w_rand(&w, &p, &ui, &mut at_written(5)),
+                "main",
+                "random write",
+                5,
+            );
+            caught(
+                seq_read(&w, &p, &ui, &mut at_written(5)),
+                "main",
+                "read 1",
+                5,
+            );
+            // pmbench writes one word of a page: the touched word.
+            let tw = touched_word(3);
+            caught(
+                pmbench(&w, &p, &ui, &mut at_written(tw)),
+                "main",
+                "pmbench",
+                tw,
+            );
+            let bg = words(16);
+            let out = combined(&w, Some(&bg), &p, &ui, &mut |m| {
+                if m == Mark::Written {
+                    flip(&bg, 3, 5)
+                }
+            });
+            caught(out, "bg", "combined", 5);
+            caught(
+                combined(&w, None, &p, &ui, &mut at_written(5)),
+                "seq",
+                "combined",
+                5,
+            );
+        }
     }
 
     /// A page checked as it is rewritten: the right data passes and is replaced; the
     /// first wrong word is reported with the version expected there.
     #[test]
     fn rewrite_page_checks_then_writes() {
-        let w = words(2);
-        write_page(&w, 9, 1, 4);
-        assert!(rewrite_page(&w, 9, 1, 4, 5).is_ok());
-        assert!(check_page(&w, 9, 1, Expect::Page(5)).is_ok());
-        let m = rewrite_page(&w, 9, 1, 4, 6).unwrap_err();
-        assert_eq!((m.page, m.word, m.expected_version), (1, 0, 4));
-        write_page(&w, 9, 1, 4);
-        w[PAGE_WORDS + 300].fetch_xor(1, Relaxed);
-        let m = rewrite_page(&w, 9, 1, 4, 5).unwrap_err();
-        assert_eq!((m.word, m.offset), (300, PAGE_BYTES + 300 * 8));
-        assert_eq!(m.found ^ m.expected, 1);
+        for pat in patterns() {
+            let kind = pat.kind();
+            let w = words(2);
+            write_page(&w, &pat, 1, 4);
+            assert!(rewrite_page(&w, &pat, 1, 4, 5).is_ok());
+            assert!(check_page(&w, &pat, 1, Expect::Page(5)).is_ok());
+            if kind != DataKind::Zeros {
+                let m = rewrite_page(&w, &pat, 1, 4, 6).unwrap_err();
+                assert_eq!((m.page, m.word, m.expected_version), (1, 0, 4), "{kind}");
+            }
+            write_page(&w, &pat, 1, 4);
+            w[PAGE_WORDS + 300].fetch_xor(1, Relaxed);
+            let m = rewrite_page(&w, &pat, 1, 4, 5).unwrap_err();
+            assert_eq!((m.word, m.offset), (300, PAGE_BYTES + 300 * 8), "{kind}");
+            assert_eq!(m.found ^ m.expected, 1);
+        }
     }
 
     #[test]

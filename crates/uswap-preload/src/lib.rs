@@ -52,6 +52,10 @@ struct Config {
     root_pid: Option<i32>,
     encrypt: bool,
     thread_arenas: bool,
+    tier: uswap::TierKind,
+    compressor: uswap::Compressor,
+    compressed_max: u32,
+    remote: Option<String>,
 }
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
@@ -217,6 +221,26 @@ fn read_config() -> Result<Config, String> {
             Ok("0") | Ok("off") => false,
             Ok(o) => return Err(format!("USWAP_THREAD_ARENAS={o:?}: use on or off")),
         },
+        tier: match std::env::var("USWAP_TIER").as_deref() {
+            Err(_) | Ok("") => uswap::TierKind::File,
+            Ok(t) => t.parse().map_err(|e| format!("USWAP_TIER: {e}"))?,
+        },
+        compressor: match std::env::var("USWAP_COMPRESSOR").as_deref() {
+            Err(_) | Ok("") => uswap::Compressor::Lz4,
+            Ok(c) => c.parse().map_err(|e| format!("USWAP_COMPRESSOR: {e}"))?,
+        },
+        compressed_max: match std::env::var("USWAP_COMPRESSED_MAX").as_deref() {
+            Err(_) | Ok("") => 50,
+            Ok(p) => match p.trim_end_matches('%').parse::<u32>() {
+                Ok(n @ 1..=90) => n,
+                _ => {
+                    return Err(format!(
+                        "USWAP_COMPRESSED_MAX={p:?}: use a percent of the budget, 1-90"
+                    ))
+                }
+            },
+        },
+        remote: std::env::var("USWAP_REMOTE").ok().filter(|r| !r.is_empty()),
     })
 }
 
@@ -265,7 +289,13 @@ fn pool() -> Option<&'static Pool> {
             .budget(cfg.budget)
             .unit(cfg.unit)
             .encrypt(cfg.encrypt)
+            .tier(cfg.tier)
+            .compressor(cfg.compressor)
+            .compressed_max_percent(cfg.compressed_max)
             .fork_hooks(false);
+        if let Some(r) = &cfg.remote {
+            b = b.remote(r.clone());
+        }
         if let Some(p) = &cfg.swap_file {
             b = b.swap_file(p);
         }
@@ -520,6 +550,10 @@ extern "C" fn print_stats() {
             "threshold": cfg.threshold,
             "active": pool.is_some(),
             "swap": pool.map(|p| p.swap_place()),
+            "tier": cfg.tier.name(),
+            "compressor": cfg.tier.is_compressed().then(|| cfg.compressor.to_string()),
+            "compressed_max_pct": cfg.tier.is_compressed().then_some(cfg.compressed_max),
+            "zswap_ratio": cfg.tier.is_compressed().then(|| counters.zswap_ratio()),
             "regions_created": table::REGIONS_CREATED.load(Relaxed),
             "malloc_blocks": table::MALLOC_BLOCKS.load(Relaxed),
             "mmap_regions": table::MMAP_REGIONS.load(Relaxed),

@@ -16,7 +16,7 @@ pyo3::create_exception!(
 );
 
 /// (class name, builtin it also derives from, docstring), in the order of `kind_of`.
-const KINDS: [(&str, &str, &str); 9] = [
+const KINDS: [(&str, &str, &str); 11] = [
     (
         "UffdNotPermittedError",
         "PermissionError",
@@ -59,7 +59,20 @@ const KINDS: [(&str, &str, &str); 9] = [
         "A region size of zero, or too large for the address space.",
     ),
     ("SysError", "OSError", "A system call failed."),
+    (
+        "RemoteError",
+        "ConnectionError",
+        "The remote tier's Redis Cluster could not be used (bad address, unreachable, down).",
+    ),
+    (
+        "InvalidOptionError",
+        "ValueError",
+        "A Pool(...) option has a bad value, or does not apply to the tier chosen.",
+    ),
 ];
+
+/// Index of `InvalidOptionError` in `KINDS` (not an engine error: see `invalid_option`).
+const INVALID_OPTION: usize = 10;
 
 fn kind_of(e: &uswap::Error) -> usize {
     use uswap::Error::*;
@@ -67,13 +80,14 @@ fn kind_of(e: &uswap::Error) -> usize {
         UffdNotPermitted { .. } => 0,
         UffdFeatureMissing { .. } => 1,
         // A swap place refused (in RAM, none found) is a swap-file error too.
-        SwapFile { .. } | SwapInRam { .. } | NoSwapPlace { .. } | Remote { .. } => 2,
+        SwapFile { .. } | SwapInRam { .. } | NoSwapPlace { .. } => 2,
         SwapFull { .. } => 3,
         BudgetTooSmall { .. } => 4,
         BudgetExceedsRam { .. } => 5,
         InvalidSize { .. } | SwapSizeTooSmall { .. } => 6,
         InvalidRegionSize { .. } => 7,
         Sys { .. } => 8,
+        Remote { .. } => 9,
     }
 }
 
@@ -101,10 +115,19 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         .map_err(|_| PyTypeError::new_err("uswap's exception classes were made twice"))
 }
 
+fn raise(kind: usize, msg: String) -> PyErr {
+    Python::attach(|py| match CLASSES.get(py) {
+        Some(classes) => PyErr::from_type(classes[kind].bind(py).clone(), msg),
+        None => Error::new_err(msg),
+    })
+}
+
 /// The Python exception for an engine error, with the engine's message.
 pub fn to_py(e: uswap::Error) -> PyErr {
-    Python::attach(|py| match CLASSES.get(py) {
-        Some(classes) => PyErr::from_type(classes[kind_of(&e)].bind(py).clone(), e.to_string()),
-        None => Error::new_err(e.to_string()),
-    })
+    raise(kind_of(&e), e.to_string())
+}
+
+/// `uswap.InvalidOptionError` (a `uswap.Error` and a `ValueError`) with `msg`.
+pub fn invalid_option(msg: impl Into<String>) -> PyErr {
+    raise(INVALID_OPTION, msg.into())
 }

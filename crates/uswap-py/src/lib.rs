@@ -69,7 +69,7 @@ fn _uswap(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     m.add_class::<pool::Pool>()?;
     m.add_class::<region::Region>()?;
-    m.add("TIERS", pool::TIERS.to_vec())?;
+    m.add("TIERS", pool::tiers())?;
     m.add("UNIT_SIZE", uswap::UNIT_SIZE)?;
     m.add("PAGE_SIZE", uswap::PAGE_SIZE)?;
     m.add_function(wrap_pyfunction!(parse_size, m)?)?;

@@ -1,6 +1,6 @@
 //! `uswap.Pool`: a resident budget and a swap tier shared by regions.
 
-use crate::errors::to_py;
+use crate::errors::{invalid_option, to_py};
 use crate::region::{Region, RegionCell};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -40,18 +40,82 @@ pub fn size_arg(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
     }
 }
 
-/// The swap tiers a pool can page to, by the name `Pool(tier=...)` takes. Today the
-/// engine has one, the swap file; a new tier is one more arm here.
-pub const TIERS: [&str; 1] = ["file"];
+/// The tiers a pool can page to, by the name `Pool(tier=...)` takes (the engine's
+/// `TierKind` names): "file", "compressed", "compressed+file", "remote",
+/// "compressed+remote".
+pub fn tiers() -> Vec<&'static str> {
+    uswap::TierKind::ALL.iter().map(|t| t.name()).collect()
+}
 
-fn apply_tier(b: uswap::PoolBuilder, tier: Option<&str>) -> PyResult<uswap::PoolBuilder> {
-    match tier.unwrap_or("file") {
-        "file" => Ok(b),
-        other => Err(PyValueError::new_err(format!(
-            "unknown tier {other:?}: uswap has {}",
-            TIERS.map(|t| format!("{t:?}")).join(", ")
-        ))),
+/// The tier options of `Pool(...)`.
+pub struct TierOptions<'a> {
+    pub tier: Option<&'a str>,
+    pub compressor: Option<&'a str>,
+    pub compressed_max: Option<u32>,
+    pub remote: Option<&'a str>,
+}
+
+/// The tier options on the builder. `compressor` and `compressed_max` only with a
+/// compressed tier, `remote` only (and always) with a remote one: elsewhere they would be
+/// silently ignored.
+fn apply_tier(b: uswap::PoolBuilder, o: &TierOptions<'_>) -> PyResult<uswap::PoolBuilder> {
+    let quoted = |names: &[&str]| {
+        names
+            .iter()
+            .map(|t| format!("{t:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let kind: uswap::TierKind = o.tier.unwrap_or("file").parse().map_err(|_| {
+        invalid_option(format!(
+            "unknown tier {:?}: uswap has {}",
+            o.tier.unwrap_or_default(),
+            quoted(&tiers())
+        ))
+    })?;
+    let mut b = b.tier(kind);
+    let compressed: Vec<&str> = tiers()
+        .into_iter()
+        .filter(|t| t.parse().is_ok_and(uswap::TierKind::is_compressed))
+        .collect();
+    if !kind.is_compressed() && (o.compressor.is_some() || o.compressed_max.is_some()) {
+        return Err(invalid_option(format!(
+            "compressor and compressed_max apply to the compressed tiers ({}), not to \
+             tier={:?}",
+            quoted(&compressed),
+            kind.name()
+        )));
     }
+    match (o.remote, kind.is_remote()) {
+        (None | Some(""), true) => {
+            return Err(invalid_option(format!(
+                "tier={:?} needs remote=\"redis://HOST:PORT[,HOST:PORT...]\" (the Redis \
+                 Cluster to page to)",
+                kind.name()
+            )))
+        }
+        (Some(_), false) => {
+            return Err(invalid_option(format!(
+                "remote applies to tier=\"remote\" or tier=\"compressed+remote\", not to \
+                 tier={:?}",
+                kind.name()
+            )))
+        }
+        (Some(r), true) => b = b.remote(r),
+        (None, false) => {}
+    }
+    if let Some(c) = o.compressor {
+        b = b.compressor(c.parse().map_err(invalid_option)?);
+    }
+    if let Some(p) = o.compressed_max {
+        if !(1..=90).contains(&p) {
+            return Err(invalid_option(format!(
+                "compressed_max must be a percent of the budget, 1-90, not {p}"
+            )));
+        }
+        b = b.compressed_max_percent(p);
+    }
+    Ok(b)
 }
 
 fn unit_arg(unit: &str) -> PyResult<uswap::UnitPolicy> {
@@ -59,7 +123,7 @@ fn unit_arg(unit: &str) -> PyResult<uswap::UnitPolicy> {
         "4k" => Ok(uswap::UnitPolicy::Small),
         "2m" => Ok(uswap::UnitPolicy::Huge),
         "auto" => Ok(uswap::UnitPolicy::Auto),
-        _ => Err(PyValueError::new_err(format!(
+        _ => Err(invalid_option(format!(
             "unit must be '4k', '2m' or 'auto', not {unit:?}"
         ))),
     }
@@ -70,7 +134,7 @@ fn readahead_arg(ra: &str) -> PyResult<uswap::ReadaheadPolicy> {
         "vma" => Ok(uswap::ReadaheadPolicy::Vma),
         "cluster" => Ok(uswap::ReadaheadPolicy::Cluster),
         "off" => Ok(uswap::ReadaheadPolicy::Off),
-        _ => Err(PyValueError::new_err(format!(
+        _ => Err(invalid_option(format!(
             "readahead must be 'vma', 'cluster' or 'off', not {ra:?}"
         ))),
     }
@@ -94,14 +158,21 @@ pub fn counters_dict<'py>(py: Python<'py>, c: &uswap::Counters) -> PyResult<Boun
 /// A resident budget and a swap tier, shared by the regions made from it.
 ///
 /// Pool(budget="256M", *, swap_file=None, swap_size=None, unit="auto", tier=None,
-///      readahead="vma", fault_threads=1, encrypt=False)
+///      compressor=None, compressed_max=None, remote=None, readahead="vma",
+///      fault_threads=1, encrypt=False)
 ///
 /// Sizes are ints (bytes) or strings such as "256M" or "2G". `swap_file`: a directory
 /// (an unnamed file is made in it), a new file path, or a block device; default $TMPDIR.
 /// `swap_size`: fixed swap capacity (default: grows with the regions). `unit`: "4k",
-/// "2m" or "auto". `tier`: None or "file" (the swap file). `encrypt`: encrypt what goes
-/// to the swap file, under a key made at start and never written anywhere. Use it as a context manager,
-/// or call close().
+/// "2m" or "auto". `tier`: None or "file" (the swap file), "compressed" (compressed RAM
+/// in the budget, no disk), "compressed+file" (compressed RAM in front of the swap
+/// file), "remote" (a Redis Cluster), "compressed+remote"; `compressor`: "lz4"
+/// (default), "zstd" or "zstd:LEVEL"; `compressed_max`: the compressed pool's share of
+/// the budget in percent, 1-90 (default 50); `remote`: the cluster of the remote tiers,
+/// "redis://HOST:PORT[,HOST:PORT...]". Bad values raise uswap.InvalidOptionError (a
+/// ValueError). `encrypt`: encrypt what goes to the swap file (or the
+/// cluster), under a key made at start and never written anywhere. Use it as a context
+/// manager, or call close().
 #[pyclass(module = "uswap", frozen, weakref)]
 pub struct Pool {
     /// None once closed. An Arc so that an engine call can run with the GIL released
@@ -130,6 +201,7 @@ pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Pool {
     #[new]
     #[pyo3(signature = (budget=None, *, swap_file=None, swap_size=None, unit="auto", tier=None,
+                        compressor=None, compressed_max=None, remote=None,
                         readahead="vma", fault_threads=1, encrypt=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -139,6 +211,9 @@ impl Pool {
         swap_size: Option<&Bound<'_, PyAny>>,
         unit: &str,
         tier: Option<&str>,
+        compressor: Option<&str>,
+        compressed_max: Option<u32>,
+        remote: Option<&str>,
         readahead: &str,
         fault_threads: usize,
         encrypt: bool,
@@ -157,7 +232,15 @@ impl Pool {
         if let Some(s) = swap_size {
             b = b.swap_size(size_arg(s, "swap_size")?);
         }
-        b = apply_tier(b, tier)?;
+        b = apply_tier(
+            b,
+            &TierOptions {
+                tier,
+                compressor,
+                compressed_max,
+                remote,
+            },
+        )?;
         let pool = py.detach(move || b.build()).map_err(to_py)?;
         Ok(Pool {
             budget: pool.budget(),

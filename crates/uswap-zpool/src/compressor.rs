@@ -34,7 +34,8 @@ impl std::fmt::Display for Compressor {
 impl std::str::FromStr for Compressor {
     type Err = String;
 
-    /// `lz4`, `zstd` (level 1) or `zstd:LEVEL`.
+    /// `lz4`, `zstd` (level 1) or `zstd:LEVEL` (a level zstd has: checked here, so that
+    /// a command line or a setting is refused where it is read).
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "lz4" => Ok(Compressor::Lz4),
@@ -42,7 +43,11 @@ impl std::str::FromStr for Compressor {
                 level: DEFAULT_ZSTD_LEVEL,
             }),
             _ => match s.strip_prefix("zstd:").map(str::parse::<i32>) {
-                Some(Ok(level)) => Ok(Compressor::Zstd { level }),
+                Some(Ok(level)) => {
+                    let c = Compressor::Zstd { level };
+                    c.check().map_err(|e| format!("compressor {s:?}: {e}"))?;
+                    Ok(c)
+                }
                 _ => Err(format!(
                     "unknown compressor {s:?}: expected lz4, zstd or zstd:LEVEL"
                 )),
@@ -153,6 +158,8 @@ mod tests {
             Ok(Compressor::Zstd { level: 3 })
         );
         assert!("zstd:x".parse::<Compressor>().is_err());
+        let e = "zstd:99".parse::<Compressor>().unwrap_err();
+        assert!(e.contains("zstd:99") && e.contains("outside"), "{e}");
         assert!("gzip".parse::<Compressor>().is_err());
         assert_eq!(Compressor::Zstd { level: 3 }.to_string(), "zstd:3");
         assert!(Compressor::Zstd { level: 1000 }.check().is_err());

@@ -41,6 +41,64 @@ pub enum TierKind {
     CompressedRemote,
 }
 
+impl TierKind {
+    /// Every tier choice.
+    pub const ALL: [TierKind; 5] = [
+        TierKind::File,
+        TierKind::Compressed,
+        TierKind::CompressedFile,
+        TierKind::Remote,
+        TierKind::CompressedRemote,
+    ];
+
+    /// Its name in settings and on command lines: `file`, `compressed`,
+    /// `compressed+file`, `remote`, `compressed+remote`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TierKind::File => "file",
+            TierKind::Compressed => "compressed",
+            TierKind::CompressedFile => "compressed+file",
+            TierKind::Remote => "remote",
+            TierKind::CompressedRemote => "compressed+remote",
+        }
+    }
+
+    /// Whether pages are compressed into RAM first (the compressor and the pool's
+    /// share apply).
+    pub fn is_compressed(self) -> bool {
+        matches!(
+            self,
+            TierKind::Compressed | TierKind::CompressedFile | TierKind::CompressedRemote
+        )
+    }
+
+    /// Whether pages go to a Redis Cluster (`PoolBuilder::remote` is needed).
+    pub fn is_remote(self) -> bool {
+        matches!(self, TierKind::Remote | TierKind::CompressedRemote)
+    }
+}
+
+impl std::fmt::Display for TierKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for TierKind {
+    type Err = String;
+
+    /// A name of [`TierKind::name`].
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        TierKind::ALL
+            .into_iter()
+            .find(|t| t.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = TierKind::ALL.iter().map(|t| t.name()).collect();
+                format!("unknown tier {s:?}: expected {}", names.join(", "))
+            })
+    }
+}
+
 /// The compressor of the compressed tier.
 pub use crate::tier::compressed::Compressor;
 

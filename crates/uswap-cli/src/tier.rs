@@ -1,0 +1,268 @@
+//! The tier options of `uswap bench` and `uswap run` (`--tier`, `--compressor`,
+//! `--compressed-max`, `--remote`): parsed and checked once here, then put on a pool
+//! builder, on a child's command line, or in the preload library's environment.
+
+use clap::{Args, ValueEnum};
+
+/// Where swapped pages go (`uswap::TierKind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Tier {
+    /// The swap file (or block device) only: the default; pick it for data that does not
+    /// compress, or when RAM is the scarce thing.
+    File,
+    /// Compressed RAM only, charged to the budget (zram's place): no disk at all; what
+    /// does not compress, or does not fit, stays resident over the budget (said once).
+    Compressed,
+    /// Compressed RAM in front of the swap file (zswap's place): compressible pages stay
+    /// in RAM, the rest and the pool's oldest entries go to the file.
+    #[value(name = "compressed+file")]
+    CompressedFile,
+    /// Other machines' RAM on a Redis Cluster (needs --remote): no local disk; pick it
+    /// when the network is faster than the disk.
+    Remote,
+    /// Compressed RAM in front of the Redis Cluster (needs --remote).
+    #[value(name = "compressed+remote")]
+    CompressedRemote,
+}
+
+impl Tier {
+    /// The engine's tier.
+    pub fn kind(self) -> uswap::TierKind {
+        match self {
+            Tier::File => uswap::TierKind::File,
+            Tier::Compressed => uswap::TierKind::Compressed,
+            Tier::CompressedFile => uswap::TierKind::CompressedFile,
+            Tier::Remote => uswap::TierKind::Remote,
+            Tier::CompressedRemote => uswap::TierKind::CompressedRemote,
+        }
+    }
+
+    /// The name on the command line (the engine's name).
+    pub fn name(self) -> &'static str {
+        self.kind().name()
+    }
+}
+
+/// Parse `--compressor`: `lz4`, `zstd` or `zstd:LEVEL`.
+fn parse_compressor(s: &str) -> Result<uswap::Compressor, String> {
+    s.parse()
+}
+
+/// The compressed pool's share of the budget when `--compressed-max` is not given (the
+/// engine's default).
+pub const DEFAULT_COMPRESSED_MAX: u32 = 50;
+
+/// Tier options, shared by `uswap bench` and `uswap run`.
+#[derive(Debug, Clone, Args)]
+pub struct TierArgs {
+    /// Where swapped pages go [default: file]:
+    ///   file               the swap file only (data that does not compress)
+    ///   compressed         compressed RAM only, inside the budget, no disk (zram's place)
+    ///   compressed+file    compressed RAM in front of the swap file (zswap's place)
+    ///   remote             a Redis Cluster's RAM, no local disk (needs --remote)
+    ///   compressed+remote  compressed RAM in front of the Redis Cluster (needs --remote)
+    #[arg(long, value_enum, value_name = "TIER", default_value_t = Tier::File,
+          hide_default_value = true, hide_possible_values = true, verbatim_doc_comment)]
+    pub tier: Tier,
+
+    /// Compressor of the compressed tiers: lz4 (fast), zstd (level 1: smaller) or
+    /// zstd:LEVEL [default: lz4].
+    #[arg(long, value_name = "NAME", value_parser = parse_compressor)]
+    pub compressor: Option<uswap::Compressor>,
+
+    /// The compressed pool's share of the budget in percent, 1-90, like zswap's
+    /// max_pool_percent: past it the oldest entries go on to the file or the cluster
+    /// (new ones are refused with --tier compressed) [default: 50].
+    #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u32).range(1..=90))]
+    pub compressed_max: Option<u32>,
+
+    /// The Redis Cluster of the remote tiers: redis://HOST:PORT[,HOST:PORT...] (a few
+    /// nodes as seeds; rediss:// for TLS, redis://USER:PASSWORD@HOST:PORT for AUTH).
+    #[arg(long, value_name = "URLS")]
+    pub remote: Option<String>,
+}
+
+impl TierArgs {
+    /// Combinations clap cannot see: a remote tier without `--remote`, and settings
+    /// given for a tier that would ignore them.
+    pub fn check(&self) -> Result<(), String> {
+        let kind = self.tier.kind();
+        match (&self.remote, kind.is_remote()) {
+            (None, true) => {
+                return Err(format!(
+                    "--tier {} needs --remote redis://HOST:PORT[,HOST:PORT...] (the Redis \
+                     Cluster to page to)",
+                    self.tier.name()
+                ))
+            }
+            (Some(_), false) => {
+                return Err(format!(
+                    "--remote is for the remote tiers: add --tier remote or --tier \
+                     compressed+remote (the tier is {})",
+                    self.tier.name()
+                ))
+            }
+            (Some(r), true) if r.trim().is_empty() => {
+                return Err("--remote is empty: give redis://HOST:PORT[,HOST:PORT...]".into())
+            }
+            _ => {}
+        }
+        if !kind.is_compressed() {
+            for (given, opt) in [
+                (self.compressor.is_some(), "--compressor"),
+                (self.compressed_max.is_some(), "--compressed-max"),
+            ] {
+                if given {
+                    return Err(format!(
+                        "{opt} is for the compressed tiers: add --tier compressed, \
+                         compressed+file or compressed+remote (the tier is {})",
+                        self.tier.name()
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The compressor in use (the engine's default when not given).
+    pub fn compressor(&self) -> uswap::Compressor {
+        self.compressor.unwrap_or(uswap::Compressor::Lz4)
+    }
+
+    /// The compressed pool's share in use, percent.
+    pub fn compressed_max(&self) -> u32 {
+        self.compressed_max.unwrap_or(DEFAULT_COMPRESSED_MAX)
+    }
+
+    /// The settings on a pool builder.
+    pub fn apply(&self, b: uswap::PoolBuilder) -> uswap::PoolBuilder {
+        let mut b = b
+            .tier(self.tier.kind())
+            .compressor(self.compressor())
+            .compressed_max_percent(self.compressed_max());
+        if let Some(r) = &self.remote {
+            b = b.remote(r.clone());
+        }
+        b
+    }
+
+    /// Options that reproduce the settings (only those given, so that the result passes
+    /// [`TierArgs::check`] again).
+    pub fn to_cli_args(&self) -> Vec<String> {
+        let mut a = vec!["--tier".to_string(), self.tier.name().to_string()];
+        if let Some(c) = self.compressor {
+            a.extend(["--compressor".to_string(), c.to_string()]);
+        }
+        if let Some(p) = self.compressed_max {
+            a.extend(["--compressed-max".to_string(), p.to_string()]);
+        }
+        if let Some(r) = &self.remote {
+            a.extend(["--remote".to_string(), r.clone()]);
+        }
+        a
+    }
+
+    /// The settings as the preload library reads them (`USWAP_TIER`, ...).
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        let mut e = vec![
+            ("USWAP_TIER", self.tier.name().to_string()),
+            ("USWAP_COMPRESSOR", self.compressor().to_string()),
+            ("USWAP_COMPRESSED_MAX", self.compressed_max().to_string()),
+        ];
+        if let Some(r) = &self.remote {
+            e.push(("USWAP_REMOTE", r.clone()));
+        }
+        e
+    }
+}
+
+/// A `--remote` list for reports: each URL without its `USER:PASSWORD@`.
+pub fn redacted(urls: &str) -> String {
+    urls.split(',')
+        .map(|u| match (u.find("://"), u.rfind('@')) {
+            (Some(s), Some(at)) if at > s => format!("{}{}", &u[..s + 3], &u[at + 1..]),
+            _ => u.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        t: TierArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<TierArgs, String> {
+        let cli = Cli::try_parse_from(std::iter::once("t").chain(args.iter().copied()))
+            .map_err(|e| e.to_string())?;
+        cli.t.check()?;
+        Ok(cli.t)
+    }
+
+    #[test]
+    fn every_tier_parses_and_round_trips() {
+        for t in Tier::value_variants() {
+            let mut args = vec!["--tier", t.name()];
+            if t.kind().is_compressed() {
+                args.extend(["--compressor", "zstd:3", "--compressed-max", "30"]);
+            }
+            if t.kind().is_remote() {
+                args.extend(["--remote", "redis://127.0.0.1:7000"]);
+            }
+            let a = parse(&args).unwrap();
+            assert_eq!(a.tier, *t);
+            let again: Vec<String> = a.to_cli_args();
+            let again: Vec<&str> = again.iter().map(String::as_str).collect();
+            assert_eq!(again, args);
+        }
+        let a = parse(&[]).unwrap();
+        assert_eq!(a.tier, Tier::File);
+        assert_eq!(a.compressed_max(), 50);
+        assert_eq!(a.compressor(), uswap::Compressor::Lz4);
+    }
+
+    #[test]
+    fn reports_leave_passwords_out() {
+        assert_eq!(
+            redacted("redis://u:secret@10.0.0.1:7000,rediss://10.0.0.2:7000"),
+            "redis://10.0.0.1:7000,rediss://10.0.0.2:7000"
+        );
+    }
+
+    #[test]
+    fn bad_combinations_are_refused_clearly() {
+        let e = parse(&["--tier", "remote"]).unwrap_err();
+        assert!(e.contains("needs --remote"), "{e}");
+        let e = parse(&["--remote", "redis://127.0.0.1:1"]).unwrap_err();
+        assert!(e.contains("--remote is for the remote tiers"), "{e}");
+        let e = parse(&["--tier", "remote", "--remote", " "]).unwrap_err();
+        assert!(e.contains("empty"), "{e}");
+        let e = parse(&["--compressor", "zstd"]).unwrap_err();
+        assert!(
+            e.contains("--compressor is for the compressed tiers"),
+            "{e}"
+        );
+        let e = parse(&[
+            "--tier",
+            "remote",
+            "--remote",
+            "redis://h:1",
+            "--compressed-max",
+            "9",
+        ])
+        .unwrap_err();
+        assert!(e.contains("--compressed-max is for"), "{e}");
+        let e = parse(&["--tier", "compressed", "--compressed-max", "95"]).unwrap_err();
+        assert!(e.contains("95"), "{e}");
+        let e = parse(&["--tier", "compressed", "--compressor", "gzip"]).unwrap_err();
+        assert!(e.contains("unknown compressor"), "{e}");
+        let e = parse(&["--tier", "ssd"]).unwrap_err();
+        assert!(e.contains("ssd"), "{e}");
+    }
+}

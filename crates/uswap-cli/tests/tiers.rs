@@ -1,0 +1,390 @@
+//! The tier options end to end: `uswap bench` on every tier (the remote ones against a
+//! real local Redis Cluster from scripts/redis-cluster.sh, stopped on drop) verifies
+//! every byte and reports the tier's counters; `uswap run --tier compressed` runs a C
+//! program whose data comes back exact; bad combinations exit 2 with a clear message.
+//! Needs userfaultfd (root or vm.unprivileged_userfaultfd=1), `cc`, and redis-server
+//! (scripts/test.sh installs it).
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+
+fn uswap_exe() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_uswap"))
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Run with a deadline; kill it and fail on a hang.
+fn run_with_deadline(mut cmd: Command, secs: u64) -> Output {
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Ok(out) = rx.try_recv() {
+            return out.expect("wait");
+        }
+        if Instant::now() > deadline {
+            // The child this test started, by its pid.
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            panic!("{cmd:?} did not finish in {secs} s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn uswap(args: &[&str]) -> Output {
+    let mut cmd = Command::new(uswap_exe());
+    cmd.args(args);
+    run_with_deadline(cmd, 240)
+}
+
+/// `uswap bench swap-w-seq` of 64 MiB under a 16 MiB budget with `extra`: its report.
+fn bench(extra: &[&str]) -> Value {
+    let mut args = vec![
+        "bench",
+        "swap-w-seq",
+        "--size",
+        "64M",
+        "--budget",
+        "16M",
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    let out = uswap(&args);
+    assert!(
+        out.status.success(),
+        "{extra:?}: {:?}\n{}\n{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let stdout = text(&out.stdout);
+    let last = stdout.lines().last().unwrap_or_default();
+    let v: Value = serde_json::from_str(last)
+        .unwrap_or_else(|e| panic!("{extra:?}: not JSON ({e}): {last:?}"));
+    assert_eq!(v["verify"], "ok", "{extra:?}: {v}");
+    assert!(v["mismatch"].is_null(), "{extra:?}: {v}");
+    assert!(
+        v["counters"]["peak_used_bytes"].as_u64().unwrap() <= 16 * MIB,
+        "{extra:?}: over budget: {v}"
+    );
+    v
+}
+
+fn c(v: &Value, k: &str) -> u64 {
+    v["counters"][k]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no counter {k}: {v}"))
+}
+
+#[test]
+fn bench_verifies_on_every_local_tier() {
+    let v = bench(&["--tier", "file", "--data", "random"]);
+    assert_eq!(v["tier"], "file");
+    assert_eq!(v["data"], "random");
+    assert!(
+        v["compressor"].is_null() && v["zswap_ratio"].is_null(),
+        "{v}"
+    );
+    assert!(c(&v, "pswpout") > 0 && c(&v, "zswpout") == 0, "{v}");
+
+    // Compressed RAM only: zero pages fit (what does not compress would stay resident
+    // over the budget).
+    let v = bench(&["--tier", "compressed", "--data", "zeros"]);
+    assert_eq!(v["tier"], "compressed");
+    assert_eq!(v["compressor"], "lz4");
+    assert_eq!(v["compressed_max_pct"], 50);
+    assert!(c(&v, "zswpout") > 0 && c(&v, "zswpin") > 0, "{v}");
+    assert_eq!(c(&v, "pswpout"), 0, "compressed wrote to the file: {v}");
+
+    for (data, compressor) in [("mixed", "lz4"), ("text", "zstd:3")] {
+        let v = bench(&[
+            "--tier",
+            "compressed+file",
+            "--data",
+            data,
+            "--compressor",
+            compressor,
+            "--compressed-max",
+            "30",
+        ]);
+        assert_eq!(v["tier"], "compressed+file");
+        assert_eq!(v["data"], data);
+        assert_eq!(v["compressor"], compressor);
+        assert_eq!(v["compressed_max_pct"], 30);
+        assert!(c(&v, "zswpout") > 0 && c(&v, "zswpin") > 0, "{data}: {v}");
+        assert!(
+            v["zswap_ratio"].as_f64().unwrap() > 1.2,
+            "{data} compresses: {v}"
+        );
+    }
+}
+
+/// A running cluster, stopped on drop.
+struct Cluster {
+    dir: PathBuf,
+    ports: Vec<u16>,
+}
+
+fn cluster_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/redis-cluster.sh")
+}
+
+impl Cluster {
+    fn start(base_port: u16) -> Cluster {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+            "uswap-cli-tiers-{}-{base_port}",
+            std::process::id()
+        ));
+        let mut cmd = Command::new(cluster_script());
+        cmd.args(["start", "--dir"])
+            .arg(&dir)
+            .args(["--base-port", &base_port.to_string()]);
+        // Stopped by the guard even if the start fails half-way.
+        let mut c = Cluster {
+            dir,
+            ports: Vec::new(),
+        };
+        let out = run_with_deadline(cmd, 120);
+        assert!(
+            out.status.success(),
+            "cannot start a local Redis Cluster (the remote tiers' tests need one: \
+             scripts/test.sh installs redis-server): {}",
+            text(&out.stderr)
+        );
+        c.ports = std::fs::read_to_string(c.dir.join("ports"))
+            .expect("the script's port list")
+            .lines()
+            .map(|l| l.trim().parse().expect("a port"))
+            .collect();
+        c
+    }
+
+    fn nodes(&self) -> String {
+        self.ports
+            .iter()
+            .map(|p| format!("redis://127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new(cluster_script())
+            .args(["stop", "--dir"])
+            .arg(&self.dir)
+            .status();
+    }
+}
+
+#[test]
+fn bench_verifies_on_the_remote_tiers() {
+    let cluster = Cluster::start(22300);
+    let nodes = cluster.nodes();
+    for tier in ["remote", "compressed+remote"] {
+        let v = bench(&["--tier", tier, "--remote", &nodes, "--data", "mixed"]);
+        assert_eq!(v["tier"], tier);
+        assert_eq!(v["remote"], nodes.as_str());
+        assert!(
+            c(&v, "remote_writes") > 0 && c(&v, "remote_reads") > 0,
+            "{tier}: {v}"
+        );
+        assert_eq!(c(&v, "remote_lost"), 0, "{tier}: {v}");
+        assert_eq!(c(&v, "poisoned"), 0, "{tier}: {v}");
+        if tier == "compressed+remote" {
+            assert!(c(&v, "zswpout") > 0, "{v}");
+        } else {
+            assert!(v["compressor"].is_null(), "{v}");
+        }
+    }
+    // The table names the cluster and its counters.
+    let out = uswap(&[
+        "bench",
+        "swap-w-seq",
+        "--size",
+        "32M",
+        "--budget",
+        "16M",
+        "--tier",
+        "remote",
+        "--remote",
+        &nodes,
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    assert!(
+        table.contains("remote") && table.contains("writes") && table.contains("127.0.0.1"),
+        "{table}"
+    );
+}
+
+#[test]
+fn a_cluster_that_is_not_there_is_a_clear_error() {
+    let out = uswap(&[
+        "bench",
+        "swap-w-seq",
+        "--size",
+        "16M",
+        "--tier",
+        "remote",
+        "--remote",
+        "redis://127.0.0.1:1",
+    ]);
+    let err = text(&out.stderr);
+    // Like an unusable swap place: a setting to change (exit 2).
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("remote tier") && err.contains("127.0.0.1:1"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_tier_options_exit_2_with_a_clear_message() {
+    let cases: [(&[&str], &str); 8] = [
+        (&["--tier", "remote"], "--tier remote needs --remote"),
+        (
+            &["--tier", "compressed+remote"],
+            "--tier compressed+remote needs --remote",
+        ),
+        (
+            &["--remote", "redis://127.0.0.1:7000"],
+            "--remote is for the remote tiers",
+        ),
+        (
+            &["--compressor", "zstd"],
+            "--compressor is for the compressed tiers",
+        ),
+        (
+            &["--tier", "file", "--compressed-max", "20"],
+            "--compressed-max is for the compressed tiers",
+        ),
+        (
+            &["--tier", "compressed", "--compressor", "gzip"],
+            "unknown compressor",
+        ),
+        (&["--tier", "compressed", "--compressed-max", "95"], "95"),
+        (&["--tier", "ssd"], "ssd"),
+    ];
+    for (opts, want) in cases {
+        for sub in ["bench", "run"] {
+            let mut args = vec![sub];
+            args.extend_from_slice(opts);
+            if sub == "bench" {
+                args.extend(["--memory", "plain", "--size", "4M"]);
+            } else {
+                args.extend(["--", "true"]);
+            }
+            let out = uswap(&args);
+            let err = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+            assert!(err.contains(want), "{args:?}: {err:?} lacks {want:?}");
+        }
+    }
+    let out = uswap(&["bench", "--data", "noise", "--memory", "plain"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("noise"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn help_teaches_the_tiers() {
+    for sub in ["bench", "run"] {
+        let out = uswap(&[sub, "--help"]);
+        let help = text(&out.stdout);
+        for line in [
+            "compressed+file    compressed RAM in front of the swap file",
+            "remote             a Redis Cluster's RAM",
+            "--remote <URLS>",
+            "--compressor <NAME>",
+            "--compressed-max <PCT>",
+        ] {
+            assert!(
+                help.contains(line),
+                "uswap {sub} --help lacks {line:?}:\n{help}"
+            );
+        }
+    }
+}
+
+/// Build libuswap_preload.so next to the `uswap` binary (where `uswap run` finds it).
+fn build_preload() {
+    let profile_dir = uswap_exe().parent().expect("profile dir");
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.args(["build", "--quiet", "-p", "uswap-preload", "--target-dir"])
+        .arg(profile_dir.parent().expect("target dir"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    match profile_dir.file_name().and_then(|n| n.to_str()) {
+        Some("release") => {
+            cmd.arg("--release");
+        }
+        Some("debug") | None => {}
+        Some(other) => {
+            cmd.args(["--profile", other]);
+        }
+    }
+    assert!(cmd.status().expect("cargo build").success());
+}
+
+#[test]
+fn run_with_the_compressed_tier_keeps_a_c_programs_data() {
+    build_preload();
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let exe = dir.join(format!("zfill-{}", std::process::id()));
+    let st = Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/progs/zfill.c"))
+        .status()
+        .expect("run cc");
+    assert!(st.success(), "cc zfill.c failed");
+    let want = run_with_deadline(Command::new(&exe), 120);
+    assert!(want.status.success());
+    let stats = dir.join(format!("zfill-stats-{}.jsonl", std::process::id()));
+    let mut cmd = Command::new(uswap_exe());
+    cmd.args(["run", "--budget", "32M", "--tier", "compressed"])
+        .arg(format!("--stats={}", stats.display()))
+        .arg("--")
+        .arg(&exe);
+    let out = run_with_deadline(cmd, 240);
+    assert!(
+        out.status.success(),
+        "{:?}\n{}\n{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert_eq!(text(&out.stdout), text(&want.stdout), "data changed");
+    assert!(text(&out.stdout).starts_with("checksum "));
+    let line = std::fs::read_to_string(&stats).expect("stats file");
+    let _ = std::fs::remove_file(&stats);
+    let _ = std::fs::remove_file(&exe);
+    let s: Value =
+        serde_json::from_str(line.lines().next().expect("a stats line")).expect("JSON stats");
+    let s = &s["uswap_stats"];
+    assert_eq!(s["active"], true, "{s}");
+    assert_eq!(s["tier"], "compressed");
+    assert_eq!(s["compressor"], "lz4");
+    let c = &s["counters"];
+    assert!(c["zswpout"].as_u64().unwrap() > 0, "{s}");
+    assert!(c["zswpin"].as_u64().unwrap() > 0, "{s}");
+    assert_eq!(c["pswpout"].as_u64().unwrap(), 0, "{s}");
+    assert!(c["peak_used_bytes"].as_u64().unwrap() <= 32 * MIB, "{s}");
+}
