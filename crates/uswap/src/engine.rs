@@ -278,6 +278,10 @@ impl Engine {
         if df > 0 {
             bad.push(format!("{df} slot double frees"));
         }
+        let dff = self.frames.double_frees.load(Relaxed);
+        if dff > 0 {
+            bad.push(format!("{dff} frames given back while free"));
+        }
         let inv = self.slots.invalid_ops();
         if inv > 0 {
             bad.push(format!("{inv} invalid slot operations"));

@@ -91,14 +91,18 @@ impl Bitmap {
         None
     }
 
-    fn release(&mut self, first: usize, len: usize) {
+    /// Mark frames free; returns how many were free already (freed twice: a bug).
+    fn release(&mut self, first: usize, len: usize) -> usize {
+        let mut twice = 0;
         for i in first..first + len {
-            debug_assert!(self.is_used(i), "frame {i} freed twice");
             if self.is_used(i) {
                 self.set(i, false);
                 self.free += 1;
+            } else {
+                twice += 1;
             }
         }
+        twice
     }
 }
 
@@ -194,6 +198,8 @@ pub(crate) struct Frames {
     huge_live: Box<[AtomicU16]>,
     /// Frames handed out now (4 KiB units), for diagnostics.
     in_use: AtomicU64,
+    /// Frames given back while free (an engine bug; `check_invariants` reports it).
+    pub(crate) double_frees: AtomicU64,
     /// Who took each 4 KiB frame and each 2 MiB frame (`Site`), for diagnostics.
     small_site: Box<[AtomicU8]>,
     huge_site: Box<[AtomicU8]>,
@@ -213,6 +219,7 @@ impl Frames {
             huge,
             huge_live: (0..units).map(|_| AtomicU16::new(0)).collect(),
             in_use: AtomicU64::new(0),
+            double_frees: AtomicU64::new(0),
             small_site: (0..pages + 4 * UNIT_PAGES)
                 .map(|_| AtomicU8::new(0))
                 .collect(),
@@ -297,15 +304,13 @@ impl Frames {
         zapper.zap(&zap);
         if !small.is_empty() {
             let mut m = self.small.map();
-            for &i in &small {
-                m.release(i, 1);
-            }
+            let twice: usize = small.iter().map(|&i| m.release(i, 1)).sum();
+            self.double_frees.fetch_add(twice as u64, Relaxed);
         }
         if !huge.is_empty() {
             let mut m = self.huge.map();
-            for &i in &huge {
-                m.release(i, 1);
-            }
+            let twice: usize = huge.iter().map(|&i| m.release(i, 1)).sum();
+            self.double_frees.fetch_add(twice as u64, Relaxed);
         }
         self.in_use.fetch_sub(pages.len() as u64, Relaxed);
     }
@@ -314,13 +319,15 @@ impl Frames {
     pub(crate) fn free_moved_huge(&self, addr: usize) {
         let i = self.huge.index(addr);
         let live = self.huge_live[i].swap(0, Relaxed);
-        self.huge.map().release(i, 1);
+        let twice = self.huge.map().release(i, 1);
+        self.double_frees.fetch_add(twice as u64, Relaxed);
         self.in_use.fetch_sub(live as u64, Relaxed);
     }
 
     /// Give back 4 KiB frames whose pages were moved out (nothing to zap).
     pub(crate) fn free_moved(&self, addr: usize, pages: usize) {
-        self.small.map().release(self.small.index(addr), pages);
+        let twice = self.small.map().release(self.small.index(addr), pages);
+        self.double_frees.fetch_add(twice as u64, Relaxed);
         self.in_use.fetch_sub(pages as u64, Relaxed);
     }
 
