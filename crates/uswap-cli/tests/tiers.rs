@@ -388,3 +388,38 @@ fn run_with_the_compressed_tier_keeps_a_c_programs_data() {
     assert_eq!(c["pswpout"].as_u64().unwrap(), 0, "{s}");
     assert!(c["peak_used_bytes"].as_u64().unwrap() <= 32 * MIB, "{s}");
 }
+
+/// Compressed RAM only, with data that does not all fit in the pool's share: pages that
+/// cannot go anywhere stay resident over the budget (said once), and the run finishes
+/// and verifies. It used to livelock: every fault moved whole units out and back.
+#[test]
+fn compressed_only_over_its_share_goes_over_budget_and_finishes() {
+    for data in ["mixed", "random"] {
+        let t = std::time::Instant::now();
+        let out = uswap(&[
+            "bench",
+            "swap-w-seq",
+            "--size",
+            "32M",
+            "--budget",
+            "16M",
+            "--tier",
+            "compressed",
+            "--data",
+            data,
+            "--compressed-max",
+            "90",
+            "--json",
+        ]);
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{data}: {:?}\n{stdout}\n{stderr}", out.status);
+        let v: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+            .unwrap_or_else(|e| panic!("{data}: not JSON ({e}): {stdout}"));
+        assert_eq!(v["verify"], "ok", "{data}: {v}");
+        assert!(
+            stderr.contains("going over budget"),
+            "{data}: over budget without saying so: {stderr}"
+        );
+        eprintln!("compressed only, {data}: {:.1} s", t.elapsed().as_secs_f64());
+    }
+}

@@ -123,6 +123,15 @@ impl Compressed {
         }
     }
 
+    /// Whether an evicted page may go here: room in the pool's share, and the recent
+    /// pages compressed (else one try in `POOR_RUN`). With no back tier behind the pool,
+    /// reclaim moves out only what this (or a clean copy) can take: pages moved out
+    /// only to be put back cost two moves each and free nothing (a livelock at every
+    /// fault once the pool is full).
+    pub(crate) fn may_take(&self) -> bool {
+        self.bytes() + PAGE_SIZE as u64 <= self.share.load(Relaxed) && self.worth_trying()
+    }
+
     /// A store's outcome, for `poor_run`.
     fn note(&self, poor: bool) {
         if poor {
