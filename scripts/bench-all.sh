@@ -127,20 +127,16 @@ faultpath)
   # the handler thread (blocks in io_uring_enter), the handler polling its completion
   # queue for up to 50 us while a read is out, and the faulting thread itself (SIGBUS).
   for i in 1 2 3; do
-    run "fl-handler-$i" $U bench fault-latency --size 1G --budget 256M --fault-mode handler --json
-    run "fl-poll50-$i" $U bench fault-latency --size 1G --budget 256M --fault-mode handler --io-poll-us 50 --json
-    run "fl-inthread-$i" $U bench fault-latency --size 1G --budget 256M --fault-mode in-thread --json
-  done
-  # pmbench on each path, uswap only, alternating (which path the kernel comparison uses).
-  for i in 1 2 3; do
-    run "fp-mode-handler-$i" $U bench pmbench --size 1G --budget 256M --unit 4k --duration $DUR --fault-mode handler --json
-    run "fp-mode-poll50-$i" $U bench pmbench --size 1G --budget 256M --unit 4k --duration $DUR --fault-mode handler --io-poll-us 50 --json
-    run "fp-mode-inthread-$i" $U bench pmbench --size 1G --budget 256M --unit 4k --duration $DUR --fault-mode in-thread --json
+    run "fl-handler-$i" $U bench fault-latency --size 512M --budget 128M --fault-mode handler --json
+    run "fl-poll50-$i" $U bench fault-latency --size 512M --budget 128M --fault-mode handler --io-poll-us 50 --json
+    run "fl-inthread-$i" $U bench fault-latency --size 512M --budget 128M --fault-mode in-thread --json
   done
   # Against the kernel's swap file, same disk, same memcg limit (FAULT_OPTS: the path).
   for sb in 2G:512M 1G:256M; do for t in 1 4; do
     run "fp-pmbench-${sb%%:*}-t$t" $U bench pmbench --size ${sb%%:*} --budget ${sb##*:} --threads $t --unit 4k --duration $DUR ${FAULT_OPTS:-} --against kernel --repeat $REPEAT --json --plot "$OUT/fp-pmbench-${sb%%:*}-t$t.png"
   done; done
+  # The in-thread path against the kernel (its price: see docs/design.md).
+  run "fp-pmbench-1G-t1-inthread" $U bench pmbench --size 1G --budget 256M --threads 1 --unit 4k --duration $DUR --fault-mode in-thread --against kernel --repeat $REPEAT --json --plot "$OUT/fp-pmbench-1G-t1-inthread.png"
   for w in seq-read swap-w-seq; do
     run "fp-$w-4k" $U bench $w --size 1G --budget 256M --unit 4k ${FAULT_OPTS:-} --against kernel --repeat $REPEAT --json --plot "$OUT/fp-$w-4k.png"
   done
