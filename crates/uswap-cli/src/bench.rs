@@ -713,6 +713,7 @@ pub fn run_bench(args: &BenchArgs, show_progress: bool) -> Result<Report, BenchE
     if bg_size > 0 {
         sizes.push(bg_size);
     }
+    crate::lost::install();
     let memory = match args.memory {
         MemoryKind::Uswap => Memory::uswap(args.pool_builder(), &sizes),
         MemoryKind::Plain => Memory::plain(&sizes, args.unit == Unit::Huge),

@@ -41,7 +41,11 @@ pub fn unwatch() {
     }
 }
 
-fn install() {
+/// Install the handler (once). Before the pool exists: the engine's in-thread fault
+/// handler (`--fault-mode in-thread`), installed when its first region is made, serves
+/// its own SIGBUS and chains the rest (lost pages) to this one; installed after it,
+/// this one would take every in-thread fault for a lost page.
+pub fn install() {
     static DONE: OnceLock<()> = OnceLock::new();
     DONE.get_or_init(|| {
         // SAFETY: sigaction is plain old data; all zeros is a valid value.

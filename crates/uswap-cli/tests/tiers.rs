@@ -412,7 +412,11 @@ fn compressed_only_over_its_share_goes_over_budget_and_finishes() {
             "--json",
         ]);
         let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-        assert!(out.status.success(), "{data}: {:?}\n{stdout}\n{stderr}", out.status);
+        assert!(
+            out.status.success(),
+            "{data}: {:?}\n{stdout}\n{stderr}",
+            out.status
+        );
         let v: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
             .unwrap_or_else(|e| panic!("{data}: not JSON ({e}): {stdout}"));
         assert_eq!(v["verify"], "ok", "{data}: {v}");
@@ -420,6 +424,9 @@ fn compressed_only_over_its_share_goes_over_budget_and_finishes() {
             stderr.contains("going over budget"),
             "{data}: over budget without saying so: {stderr}"
         );
-        eprintln!("compressed only, {data}: {:.1} s", t.elapsed().as_secs_f64());
+        eprintln!(
+            "compressed only, {data}: {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
     }
 }

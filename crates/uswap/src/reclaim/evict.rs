@@ -110,8 +110,8 @@ fn evict_unit(
         return 0;
     }
     let first = (ui * UNIT_PAGES) as u64;
-    let writable = crate::writeback::can_write(e)
-        || e.tiers.compressed.as_ref().is_some_and(|c| c.may_take());
+    let writable =
+        crate::writeback::can_write(e) || e.tiers.compressed.as_ref().is_some_and(|c| c.may_take());
     // With writeback refused, only what leaves without a write may go: moving dirty
     // pages out only to put them back would spin.
     let idx: Vec<usize> = (0..UNIT_PAGES)
