@@ -404,18 +404,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         }
     };
     // Before looking at the machine: undo what a killed earlier run left.
-    crate::ledger::begin(&args.command_line(), true)?;
-    let on = kswap::active_swaps();
-    if !on.is_empty() {
-        return Err(format!(
-            "kernel swap is already on ({}), and not by an earlier uswap run: swapoff it first, \
-             so that the kernel side uses only the swap this comparison sets up and the uswap \
-             side runs with none",
-            on.join(", ")
-        ));
-    }
-    install_signals()?;
-    let h = cgroup::detect()?;
+    let h = crate::harness::start(&args.command_line())?;
     let size = args.size;
     let budget = args.budget;
     let limit = budget + ALLOWANCE;

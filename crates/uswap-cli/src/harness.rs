@@ -81,6 +81,25 @@ pub fn install_signals() -> Result<(), String> {
         .clone()
 }
 
+/// Start a comparison with kernel swap: undo what a killed earlier run left (the ledger),
+/// refuse when kernel swap is already on by somebody else (the kernel side must use only
+/// the swap the comparison sets up, the uswap side none), take the signals, find the
+/// memory cgroups.
+pub fn start(command: &str) -> Result<cgroup::Hierarchy, String> {
+    crate::ledger::begin(command, true)?;
+    let on = crate::kswap::active_swaps();
+    if !on.is_empty() {
+        return Err(format!(
+            "kernel swap is already on ({}), and not by an earlier uswap run: swapoff it first, \
+             so that the kernel side uses only the swap this comparison sets up and the uswap \
+             side runs with none",
+            on.join(", ")
+        ));
+    }
+    install_signals()?;
+    cgroup::detect()
+}
+
 pub fn check_interrupted() -> Result<(), String> {
     if INTERRUPTED.load(Ordering::SeqCst) {
         return Err("interrupted; everything set up was undone".into());

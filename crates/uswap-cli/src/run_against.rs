@@ -19,10 +19,10 @@
 //! and after a SIGKILL by the next run (`ledger.rs`).
 
 use crate::against::ALLOWANCE;
-use crate::cgroup::{self, Hierarchy, Memcg, OomStats, SwapPolicy};
+use crate::cgroup::{Hierarchy, Memcg, OomStats, SwapPolicy};
 use crate::harness::{
-    check_interrupted, child_done, describe_status, fmt_size, install_signals, median, need_root,
-    spawn_in, Side, Watchdog,
+    check_interrupted, child_done, describe_status, fmt_size, median, need_root, spawn_in, Side,
+    Watchdog,
 };
 use crate::kswap::{self, KernelSwap, Kind};
 use crate::RunArgs;
@@ -269,18 +269,7 @@ fn compare(args: &RunArgs) -> Result<i32, String> {
     let kind = Kind::parse(args.against.map_or("kernel", |a| a.name()))?;
     let command = command_line();
     // Before looking at the machine: undo what a killed earlier run left.
-    crate::ledger::begin(&command, true)?;
-    let on = kswap::active_swaps();
-    if !on.is_empty() {
-        return Err(format!(
-            "kernel swap is already on ({}), and not by an earlier uswap run: swapoff it first, \
-             so that the kernel side uses only the swap this comparison sets up and the uswap \
-             side runs with none",
-            on.join(", ")
-        ));
-    }
-    install_signals()?;
-    let h = cgroup::detect()?;
+    let h = crate::harness::start(&command)?;
     let limit = args.budget + ALLOWANCE;
     let repeat = args.repeat.max(1);
     let dir = kswap::swap_dir(args.swap_file.as_deref());

@@ -12,7 +12,7 @@ mod common;
 #[path = "../../uswap/tests/support/mod.rs"]
 mod support;
 
-use common::{cprog, preload, tmpdir, uswap_exe};
+use common::{cprog, preload, run_with_deadline, tmpdir, uswap_exe};
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -24,38 +24,6 @@ const MIB: u64 = 1 << 20;
 /// What a program may have resident beyond the budget (its own code, heap, stacks, and
 /// the engine's threads).
 const ALLOWANCE: u64 = 64 * MIB;
-
-/// Run with a deadline; kill and fail on a hang.
-fn run_with_deadline(mut cmd: Command, secs: u64) -> Output {
-    use std::os::unix::process::CommandExt;
-    // Own process group, so that a hung forked child is killed with its parent.
-    let child = cmd
-        .process_group(0)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let pid = child.id();
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    loop {
-        if let Ok(out) = rx.try_recv() {
-            return out.expect("wait");
-        }
-        if Instant::now() > deadline {
-            // kill(1) by the pid of the child this test started.
-            let _ = Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
-            panic!("{cmd:?} did not finish in {secs} s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 /// `uswap run --budget B --stats=FILE [extra] -- prog args`: (output, stats lines).
 fn under_uswap(budget: &str, extra: &[&str], prog: &[&str]) -> (Output, Vec<Value>) {

@@ -5,48 +5,17 @@
 //! Needs userfaultfd (root or vm.unprivileged_userfaultfd=1), `cc`, and redis-server
 //! (scripts/test.sh installs it).
 
+mod common;
+
+use common::{run_with_deadline, uswap_exe};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
 
 const MIB: u64 = 1 << 20;
 
-fn uswap_exe() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_uswap"))
-}
-
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
-}
-
-/// Run with a deadline; kill it and fail on a hang.
-fn run_with_deadline(mut cmd: Command, secs: u64) -> Output {
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Ok(out) = rx.try_recv() {
-            return out.expect("wait");
-        }
-        if Instant::now() > deadline {
-            // The child this test started, by its pid.
-            let _ = Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
-            panic!("{cmd:?} did not finish in {secs} s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn uswap(args: &[&str]) -> Output {

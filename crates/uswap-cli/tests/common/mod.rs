@@ -1,9 +1,13 @@
 //! Shared by the test files: the `uswap` binary, `libuswap_preload.so` built next to it,
 //! C programs from tests/progs compiled once per test process.
 
+// Each test file uses some of these.
+#![allow(dead_code)]
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 pub fn uswap_exe() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_uswap"))
@@ -61,4 +65,37 @@ pub fn cprog(name: &str) -> PathBuf {
         assert!(st.success(), "cc {} failed", src.display());
     }
     out
+}
+
+/// Run `cmd` (stdin empty, output captured) with a deadline; kill it and its children
+/// and fail on a hang.
+pub fn run_with_deadline(mut cmd: Command, secs: u64) -> Output {
+    use std::os::unix::process::CommandExt;
+    // Own process group, so that a hung forked child is killed with its parent.
+    let child = cmd
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let pid = child.id();
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    loop {
+        if let Ok(out) = rx.try_recv() {
+            return out.expect("wait");
+        }
+        if Instant::now() > deadline {
+            // kill(1) the process group of the child this test started.
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pid}")])
+                .status();
+            panic!("{cmd:?} did not finish in {secs} s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
