@@ -460,11 +460,8 @@ pub(crate) fn process_cqes(e: &Engine, ctx: &mut ThreadCtx, cqes: &[(u64, i32)])
 
 /// One back-tier request finished with `res` (bytes, or -errno).
 pub(crate) fn complete(e: &Engine, ctx: &mut ThreadCtx, op: Op, res: i32) {
-    // The request counts as in flight until its completion is fully handled (frames
-    // freed, entries gone): `check_invariants` reads "nothing in flight" as "settled".
-    let done = crate::tier::Finished::of(&op);
+    e.tiers.finished(crate::tier::Finished::of(&op));
     handle_completion(e, ctx, op, res);
-    e.tiers.finished(done);
 }
 
 fn handle_completion(e: &Engine, ctx: &mut ThreadCtx, op: Op, mut res: i32) {

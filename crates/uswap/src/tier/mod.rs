@@ -420,7 +420,7 @@ impl Tiers {
         self.inflight.write_pages.store(0, Relaxed);
     }
 
-    /// A request finished (whatever its result) and its completion was handled.
+    /// A request finished (whatever its result); its completion is handled next.
     pub(crate) fn finished(&self, done: Finished) {
         self.inflight.requests.fetch_sub(1, Relaxed);
         if done.write {
