@@ -1,15 +1,18 @@
 //! End-to-end tests of the `uswap` binary, run the way a user runs it. They use
 //! `--memory plain` (ordinary memory) so that they check the command-line layer, the
-//! workloads and the report without needing userfaultfd.
+//! workloads and the report without needing userfaultfd (except the in-thread test,
+//! which runs on uswap memory). Every run has a deadline: a hang fails the test.
 
+mod common;
+
+use common::{run_with_deadline, uswap_exe};
 use serde_json::Value;
 use std::process::{Command, Output};
 
 fn uswap(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_uswap"))
-        .args(args)
-        .output()
-        .expect("run uswap")
+    let mut cmd = Command::new(uswap_exe());
+    cmd.args(args);
+    run_with_deadline(cmd, 240)
 }
 
 fn last_json(out: &Output) -> Value {
