@@ -123,18 +123,7 @@ fn run_side(
         Side::Uswap => SwapPolicy::Forbidden,
     };
     let mut ks = ks;
-    if let Some(k) = ks.as_deref_mut() {
-        k.on()?;
-    }
-    if side == Side::Uswap {
-        let on = kswap::active_swaps();
-        if !on.is_empty() {
-            return Err(format!(
-                "kernel swap is on ({}) for the uswap side",
-                on.join(", ")
-            ));
-        }
-    }
+    crate::harness::swap_for_side(side, ks.as_deref_mut())?;
     let cg = Memcg::create(h, limit, swap)?;
     let argv = side_argv(args, side);
     let before = kswap::vmstat();

@@ -100,6 +100,24 @@ pub fn start(command: &str) -> Result<cgroup::Hierarchy, String> {
     cgroup::detect()
 }
 
+/// Kernel swap as a side needs it: on for the kernel side (its `ks`), and checked off
+/// for the uswap side.
+pub fn swap_for_side(side: Side, ks: Option<&mut crate::kswap::KernelSwap>) -> Result<(), String> {
+    if let Some(k) = ks {
+        k.on()?;
+    }
+    if side == Side::Uswap {
+        let on = crate::kswap::active_swaps();
+        if !on.is_empty() {
+            return Err(format!(
+                "kernel swap is on ({}) for the uswap side",
+                on.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub fn check_interrupted() -> Result<(), String> {
     if INTERRUPTED.load(Ordering::SeqCst) {
         return Err("interrupted; everything set up was undone".into());

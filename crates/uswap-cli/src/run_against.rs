@@ -143,18 +143,7 @@ fn run_side(
 ) -> Result<RunOut, String> {
     check_interrupted()?;
     let mut ks = ks;
-    if let Some(k) = ks.as_deref_mut() {
-        k.on()?;
-    }
-    if side == Side::Uswap {
-        let on = kswap::active_swaps();
-        if !on.is_empty() {
-            return Err(format!(
-                "kernel swap is on ({}) for the uswap side",
-                on.join(", ")
-            ));
-        }
-    }
+    crate::harness::swap_for_side(side, ks.as_deref_mut())?;
     let swap = match side {
         Side::Kernel => SwapPolicy::Allowed,
         Side::Uswap => SwapPolicy::Forbidden,
