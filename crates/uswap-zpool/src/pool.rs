@@ -141,7 +141,7 @@ impl Zpool {
     }
 
     /// Most bytes `len` bytes may take stored.
-    pub(crate) fn max_stored(&self, len: usize) -> usize {
+    pub fn max_stored(&self, len: usize) -> usize {
         len * self.max_compressed_percent() as usize / 100
     }
 

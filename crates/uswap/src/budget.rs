@@ -5,10 +5,17 @@
 //! It holds at every instant, not on average:
 //! - what the engine holds is one atomic (`used`, in pages), so that a reader never
 //!   sees pages in two gauges at once while they move between them ([`Budget::transfer`]);
-//! - a fault reserves the pages it may charge before it maps them ([`Budget::reserve`],
-//!   called by `reclaim::make_room`), checked as used + reserved − charged ≤ limit, so
-//!   two threads never both take the last room; fault-around and readahead ask for
-//!   more with [`Budget::take_room`], which grants only room nobody holds;
+//! - a fault reserves the pages it may charge before it maps them ([`Budget::try_reserve`],
+//!   called by `reclaim::make_room`): `promised` (pages held plus pages reserved and not
+//!   charged yet) is one atomic, added to first and checked after, so two threads never
+//!   both take the last room and no reader sees a page in neither term; fault-around and
+//!   readahead ask for more with [`Budget::take_room`], which grants only room nobody
+//!   holds; reclaim's own short-lived copies (a compressed entry decompressed for
+//!   writeback) and the compressed pool's growth take room the same way
+//!   ([`Budget::charge_if_room`]);
+//! - faults leave the last pages to reclaim (`reclaim_reserve`, the kernel's min
+//!   watermark): a store in the compressed pool grows the pool before it frees the
+//!   stored frames, so at the limit it needs room that no fault may take.
 //! - a new region's page map is reserved first (the limit drops at once), reclaimed
 //!   for, and only then counted ([`Budget::commit_metadata`]).
 
@@ -44,12 +51,13 @@ pub(crate) struct Budget {
     /// Bytes of metadata of regions being created: out of the limit at once, in the
     /// peak only once reclaim made room for them.
     metadata_reserved: AtomicU64,
-    /// Pages reserved by faults in progress.
-    fault_reserved: AtomicI64,
-    /// Pages charged so far by faults in progress, out of their reservations.
-    fault_charged: AtomicI64,
+    /// `used` plus the pages faults in progress reserved and have not charged yet:
+    /// what must fit under the limit. Every check of room adds to it first.
+    promised: AtomicI64,
     /// Highest usage seen, in bytes (pages + metadata).
     peak: AtomicU64,
+    /// Pages under the limit that faults may not reserve: reclaim's own room.
+    reclaim_reserve: i64,
 }
 
 thread_local! {
@@ -67,14 +75,18 @@ pub(crate) struct Room<'a> {
 impl Drop for Room<'_> {
     fn drop(&mut self) {
         let (reserved, charged) = OWN.with(|c| c.replace((0, 0)));
-        // Charged first: a reader in between over-counts, never under-counts.
-        self.budget.fault_charged.fetch_sub(charged, SeqCst);
-        self.budget.fault_reserved.fetch_sub(reserved, SeqCst);
+        // What the fault did not charge goes back (a charge past the reservation was
+        // added to `promised` when made).
+        self.budget
+            .promised
+            .fetch_sub((reserved - charged).max(0), SeqCst);
     }
 }
 
 impl Budget {
-    pub(crate) fn new(budget: u64) -> Budget {
+    /// A budget of `budget` bytes, `reclaim_reserve` pages of which faults leave to
+    /// reclaim.
+    pub(crate) fn new(budget: u64, reclaim_reserve: i64) -> Budget {
         Budget {
             budget,
             used: AtomicI64::new(0),
@@ -84,9 +96,9 @@ impl Budget {
             pool: AtomicI64::new(0),
             metadata: AtomicU64::new(0),
             metadata_reserved: AtomicU64::new(0),
-            fault_reserved: AtomicI64::new(0),
-            fault_charged: AtomicI64::new(0),
+            promised: AtomicI64::new(0),
             peak: AtomicU64::new(0),
+            reclaim_reserve,
         }
     }
 
@@ -109,26 +121,52 @@ impl Budget {
         self.gauge(g).load(Relaxed)
     }
 
-    /// Pages enter the engine's hold. Inside a fault they use its reservation.
+    /// Pages enter the engine's hold. Inside a fault they use what is left of its
+    /// reservation; what it does not cover is promised now.
     pub(crate) fn charge(&self, g: Gauge, n: i64) {
+        let covered = OWN.with(|c| {
+            let (reserved, charged) = c.get();
+            if reserved == 0 {
+                return 0;
+            }
+            c.set((reserved, charged + n));
+            (reserved - charged).clamp(0, n)
+        });
+        if n > covered {
+            self.promised.fetch_add(n - covered, SeqCst);
+        }
         self.used.fetch_add(n, Relaxed);
         self.gauge(g).fetch_add(n, Relaxed);
-        let in_fault = OWN.with(|c| {
-            let (reserved, charged) = c.get();
-            if reserved > 0 {
-                c.set((reserved, charged + n));
-            }
-            reserved > 0
-        });
-        if in_fault {
-            self.fault_charged.fetch_add(n, SeqCst);
+    }
+
+    /// Charge `n` pages outside any reservation only if they fit where a fault's
+    /// would, checked and taken as one step (reclaim's short-lived copies: without
+    /// it, a fault and reclaim could both take the last room). False: nothing charged.
+    pub(crate) fn charge_if_room(&self, g: Gauge, n: i64) -> bool {
+        if self.promised.fetch_add(n, SeqCst) + n > self.fault_limit_pages() {
+            self.promised.fetch_sub(n, SeqCst);
+            return false;
         }
+        self.used.fetch_add(n, Relaxed);
+        self.gauge(g).fetch_add(n, Relaxed);
+        true
+    }
+
+    /// Charge `n` pages that reclaim takes on its way to freeing more (the compressed
+    /// pool's growth before a stored page's frame goes): always, outside any fault's
+    /// reservation, out of the room faults leave it (`reclaim_reserve`; the kernel's
+    /// PF_MEMALLOC dips below the min watermark the same way).
+    pub(crate) fn charge_reclaim(&self, g: Gauge, n: i64) {
+        self.promised.fetch_add(n, SeqCst);
+        self.used.fetch_add(n, Relaxed);
+        self.gauge(g).fetch_add(n, Relaxed);
     }
 
     /// Pages leave the engine's hold.
     pub(crate) fn uncharge(&self, g: Gauge, n: i64) {
         self.gauge(g).fetch_sub(n, Relaxed);
         self.used.fetch_sub(n, Relaxed);
+        self.promised.fetch_sub(n, SeqCst);
     }
 
     /// Pages move from one gauge to another; `used` (what the limit reads) does not
@@ -143,7 +181,13 @@ impl Budget {
     #[allow(dead_code)] // until the compressed tier lands
     pub(crate) fn set(&self, g: Gauge, pages: i64) {
         let old = self.gauge(g).swap(pages, Relaxed);
+        if pages > old {
+            self.promised.fetch_add(pages - old, SeqCst);
+        }
         self.used.fetch_add(pages - old, Relaxed);
+        if pages < old {
+            self.promised.fetch_sub(old - pages, SeqCst);
+        }
     }
 
     /// Pages the engine may hold: the budget less metadata (charged and reserved).
@@ -154,16 +198,22 @@ impl Budget {
         (b / PAGE_SIZE as u64) as i64
     }
 
-    /// Background reclaim starts above this.
+    /// What faults may reserve up to: the limit less reclaim's reserve.
+    pub(crate) fn fault_limit_pages(&self) -> i64 {
+        self.limit_pages() - self.reclaim_reserve
+    }
+
+    /// Background reclaim starts above this (the watermarks are below where faults
+    /// stop, reclaim's reserve left out).
     pub(crate) fn high_pages(&self) -> i64 {
         let l = self.limit_pages();
-        l - (l / 32).max(512)
+        self.fault_limit_pages() - (l / 32).max(512)
     }
 
     /// Background reclaim stops at this.
     pub(crate) fn low_pages(&self) -> i64 {
         let l = self.limit_pages();
-        l - (l / 12).max(1024)
+        self.fault_limit_pages() - (l / 12).max(1024)
     }
 
     /// Pages held now.
@@ -172,28 +222,23 @@ impl Budget {
     }
 
     /// Pages held, or promised to faults in progress: what must fit under the limit.
-    /// (Loads ordered so that a charge in between over-counts, never under-counts.)
     pub(crate) fn promised_pages(&self) -> i64 {
-        let charged = self.fault_charged.load(SeqCst);
-        let used = self.usage_pages();
-        used + self.fault_reserved.load(SeqCst) - charged
+        self.promised.load(SeqCst)
     }
 
     /// Pages reserved by faults in progress and not charged yet.
     pub(crate) fn unclaimed_pages(&self) -> i64 {
-        let charged = self.fault_charged.load(SeqCst);
-        (self.fault_reserved.load(SeqCst) - charged).max(0)
+        (self.promised_pages() - self.usage_pages()).max(0)
     }
 
     /// Try to reserve `want` pages for this thread's fault: true if they fit under the
     /// limit (or `force`: the caller gave up making room and goes over the budget).
     /// On false nothing is reserved.
     pub(crate) fn try_reserve(&self, want: i64, force: bool) -> bool {
-        self.fault_reserved.fetch_add(want, SeqCst);
-        if force || self.promised_pages() <= self.limit_pages() {
+        if self.promised.fetch_add(want, SeqCst) + want <= self.fault_limit_pages() || force {
             return true;
         }
-        self.fault_reserved.fetch_sub(want, SeqCst);
+        self.promised.fetch_sub(want, SeqCst);
         false
     }
 
@@ -217,11 +262,10 @@ impl Budget {
             return n;
         }
         let extra = n - left;
-        self.fault_reserved.fetch_add(extra, SeqCst);
-        let over = self.promised_pages() - self.limit_pages();
+        let over = self.promised.fetch_add(extra, SeqCst) + extra - self.fault_limit_pages();
         let back = over.clamp(0, extra);
         if back > 0 {
-            self.fault_reserved.fetch_sub(back, SeqCst);
+            self.promised.fetch_sub(back, SeqCst);
         }
         OWN.with(|c| c.set((reserved + extra - back, charged)));
         left + extra - back
@@ -270,7 +314,77 @@ impl Budget {
 
     /// After fork, in the child: its own engine starts with no fault in progress.
     pub(crate) fn reset_faults(&self) {
-        self.fault_reserved.store(0, SeqCst);
-        self.fault_charged.store(0, SeqCst);
+        self.promised.store(self.usage_pages(), SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+
+    /// Faults reserving and charging, reclaim charging its copies only with room, both
+    /// at the limit on many threads: usage never crosses it (a check made apart from
+    /// its charge let both take the last room: the compressed tier's writeback copy).
+    #[test]
+    fn faults_and_reclaim_never_both_take_the_last_room() {
+        let limit = 64;
+        let b = Budget::new(limit as u64 * PAGE_SIZE as u64, 4);
+        let over = AtomicBool::new(false);
+        let check = |b: &Budget| {
+            if b.usage_pages() > limit {
+                over.store(true, Relaxed);
+            }
+        };
+        // Each thread holds a few charges at a time, so usage stays at the limit.
+        std::thread::scope(|s| {
+            for t in 0..4i64 {
+                let (b, check) = (&b, &check);
+                s.spawn(move || {
+                    let mut held = std::collections::VecDeque::new();
+                    for i in 0..50_000i64 {
+                        let want = 1 + (i + t) % 9;
+                        if b.try_reserve(want, false) {
+                            let room = b.room(want);
+                            b.charge(Gauge::Resident, want);
+                            check(b);
+                            drop(room);
+                            held.push_back(want);
+                        }
+                        if held.len() > 3 || (i % 7 == 0 && !held.is_empty()) {
+                            b.uncharge(Gauge::Resident, held.pop_front().unwrap());
+                        }
+                    }
+                    for n in held {
+                        b.uncharge(Gauge::Resident, n);
+                    }
+                });
+            }
+            for t in 0..2i64 {
+                let (b, check) = (&b, &check);
+                s.spawn(move || {
+                    let mut held = std::collections::VecDeque::new();
+                    for i in 0..50_000i64 {
+                        let n = 1 + (i + t) % 13;
+                        if b.charge_if_room(Gauge::Cached, n) {
+                            check(b);
+                            held.push_back(n);
+                        }
+                        b.charge_reclaim(Gauge::Pool, 2);
+                        check(b);
+                        b.uncharge(Gauge::Pool, 2);
+                        if held.len() > 2 || (i % 5 == 0 && !held.is_empty()) {
+                            b.uncharge(Gauge::Cached, held.pop_front().unwrap());
+                        }
+                    }
+                    for n in held {
+                        b.uncharge(Gauge::Cached, n);
+                    }
+                });
+            }
+        });
+        assert!(!over.load(Relaxed), "usage crossed the limit");
+        assert_eq!(b.usage_pages(), 0);
+        assert_eq!(b.promised_pages(), 0, "every reservation given back");
     }
 }

@@ -151,7 +151,11 @@ impl Engine {
         let engine = Arc::new(Engine {
             uffd: Arc::new(uffd),
             uffd_in_thread: std::sync::OnceLock::new(),
-            budget: Budget::new(cfg.budget),
+            // A compressed tier's stores need room at the limit.
+            budget: Budget::new(
+                cfg.budget,
+                compressed.as_ref().map_or(0, |c| c.reclaim_reserve()),
+            ),
             frames,
             cache: SwapCache::new(max_slots),
             slots,

@@ -53,7 +53,8 @@ pub(crate) fn make_room<'a>(
         if stalled == 0 {
             r.counters.direct_reclaim.fetch_add(1, Relaxed);
         }
-        let target = e.budget.limit_pages() - e.budget.unclaimed_pages() - want - DIRECT_BATCH;
+        let target =
+            e.budget.fault_limit_pages() - e.budget.unclaimed_pages() - want - DIRECT_BATCH;
         if !reclaim(e, ctx, target) {
             if e.fork.pending() {
                 return None;

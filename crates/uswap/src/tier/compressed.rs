@@ -59,14 +59,19 @@ pub(crate) struct Compressed {
     /// in `POOR_RUN` is tried (data that does not compress costs a compression each
     /// time, ~1 ms per unit, for nothing).
     poor_run: std::sync::atomic::AtomicU32,
-    /// Serializes updates of the budget's `Pool` gauge.
+    /// Serializes updates of the budget's `Pool` gauge and of `floor`.
     charging: Mutex<()>,
+    /// While a store runs: pages the `Pool` gauge stays at or above, taken as room
+    /// before the pool grows into them (`grow_room`), so that no growth is a charge
+    /// nobody reserved. 0 otherwise.
+    floor: std::sync::atomic::AtomicI64,
     /// Units are stored whole (the pool keeps the one scratch buffer a unit store
     /// needs, ~2 MiB, charged from the start; only with a share of 8 MiB or more).
     whole_units: bool,
-    /// One unit store at a time, so that the one scratch buffer is enough (a second
-    /// would grow the pool by 2 MiB in the middle of an eviction).
-    unit_store: Mutex<()>,
+    /// One store at a time: the one unit scratch buffer is enough (a second would grow
+    /// the pool by 2 MiB in the middle of an eviction), and `floor` covers the one
+    /// store that grows the pool.
+    storing: Mutex<()>,
 }
 
 /// What became of a unit offered to the compressed tier.
@@ -82,6 +87,17 @@ pub(crate) enum UnitStore {
 
 /// See `Compressed::poor_run`.
 const POOR_RUN: u32 = 32;
+
+/// Pages one store may grow the pool by beyond its object: a new zspage (at most 8
+/// pages) and a step of the tables that index it (~2 pages), rounded up.
+const STORE_GROWTH: i64 = 16;
+
+/// Pages stored between frees of their frames (one zap each time).
+const STORE_CHUNK: usize = 16;
+
+/// Room a chunk of page stores grows the pool by before its frames are freed (an
+/// object is under a page: pages compressing worse are refused).
+const CHUNK_GROWTH: i64 = STORE_CHUNK as i64 + STORE_GROWTH;
 
 impl Compressed {
     pub(crate) fn new(
@@ -109,9 +125,26 @@ impl Compressed {
             writeback,
             poor_run: std::sync::atomic::AtomicU32::new(0),
             charging: Mutex::new(()),
+            floor: std::sync::atomic::AtomicI64::new(0),
             whole_units,
-            unit_store: Mutex::new(()),
+            storing: Mutex::new(()),
         })
+    }
+
+    /// The pages of the budget that faults leave to reclaim: what one store may grow
+    /// the pool by before it frees the frames it stored (one store at a time). A unit
+    /// is the most: 80% of 2 MiB with the default threshold.
+    pub(crate) fn reclaim_reserve(&self) -> i64 {
+        if self.whole_units {
+            self.unit_growth()
+        } else {
+            CHUNK_GROWTH
+        }
+    }
+
+    fn unit_growth(&self) -> i64 {
+        (self.pool.max_stored(UNIT_SIZE).div_ceil(PAGE_SIZE) as i64 + STORE_GROWTH)
+            .max(CHUNK_GROWTH)
     }
 
     /// Whether to try a store now (see `poor_run`).
@@ -210,13 +243,37 @@ impl Compressed {
     }
 }
 
-/// The budget's view of the pool: its bytes, in pages.
+/// The budget's view of the pool: its bytes, in pages (at least the floor a store in
+/// progress took).
 pub(crate) fn charge_pool(e: &Engine, c: &Compressed) {
     // Read and set as one step: two threads doing it at once would leave the older,
     // larger reading.
     let _g = c.charging.lock().unwrap_or_else(|p| p.into_inner());
     e.budget
-        .set(Gauge::Pool, c.bytes().div_ceil(PAGE_SIZE as u64) as i64);
+        .set(Gauge::Pool, pool_pages(c).max(c.floor.load(Relaxed)));
+}
+
+fn pool_pages(c: &Compressed) -> i64 {
+    c.bytes().div_ceil(PAGE_SIZE as u64) as i64
+}
+
+/// Before a store (under `storing`): room for the pool to grow by `pages`, held in
+/// the floor, taken out of the reserve faults leave to reclaim (`reclaim_reserve`:
+/// the store frees its frames right after).
+fn grow_room(e: &Engine, c: &Compressed, pages: i64) {
+    let _g = c.charging.lock().unwrap_or_else(|p| p.into_inner());
+    let want = pool_pages(c) + pages;
+    let now = e.budget.pages_in(Gauge::Pool);
+    if want > now {
+        e.budget.charge_reclaim(Gauge::Pool, want - now);
+    }
+    c.floor.store(want.max(now), Relaxed);
+}
+
+/// A store is done: the floor goes, the gauge is the pool's size again.
+fn end_store(e: &Engine, c: &Compressed) {
+    c.floor.store(0, Relaxed);
+    charge_pool(e, c);
 }
 
 /// Try to store a whole unit, its pages in the contiguous frames at `frames[0]`, under
@@ -244,7 +301,9 @@ pub(crate) fn store_unit(
             .fetch_add(UNIT_PAGES as u64, Relaxed);
         return UnitStore::Refused;
     }
-    let _one = c.unit_store.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = c.storing.lock().unwrap_or_else(|p| p.into_inner());
+    // The unit's frames are freed only once it is stored: room for what it may take.
+    grow_room(e, c, c.unit_growth());
     let bytes: &[u8; UNIT_SIZE] = e
         .frames
         .span(frames[0], UNIT_SIZE)
@@ -253,6 +312,7 @@ pub(crate) fn store_unit(
     let h = match c.pool.store_unit(bytes) {
         Ok(h) => h,
         Err(why) => {
+            end_store(e, c);
             c.note(why == Reject::PoorCompression);
             rejected(e, r, why, UNIT_PAGES as u64);
             return UnitStore::Refused;
@@ -261,7 +321,7 @@ pub(crate) fn store_unit(
     c.note(false);
     let Some(base) = e.slots.alloc_cluster(&mut ctx.cursor) else {
         let _ = c.pool.free(h);
-        charge_pool(e, c);
+        end_store(e, c);
         return UnitStore::NotTried;
     };
     c.unit_live
@@ -288,13 +348,17 @@ pub(crate) fn store_unit(
     });
     e.frames.free(&e.zapper, frames);
     e.budget.uncharge(Gauge::Cached, UNIT_PAGES as i64);
-    charge_pool(e, c);
+    end_store(e, c);
     r.counters.zswpout.fetch_add(UNIT_PAGES as u64, Relaxed);
     UnitStore::Stored
 }
 
 /// Try to store evicted pages (page map still `Resident`) one by one. Returns the
 /// pages (with their frames) the pool refused, for the back tier.
+///
+/// In chunks of `STORE_CHUNK`: each page's store first charges what the pool may grow
+/// by (`grow_room`, out of reclaim's reserve), and each chunk's frames are freed
+/// before the next, so that the stores stay within the reserve.
 pub(crate) fn store_pages(
     e: &Engine,
     ctx: &mut ThreadCtx,
@@ -306,66 +370,74 @@ pub(crate) fn store_pages(
     let Some(c) = e.tiers.compressed.as_ref() else {
         return (pages.to_vec(), frames.to_vec());
     };
-    let mut stored: Vec<(u64, usize, Handle)> = Vec::new();
+    let _one = c.storing.lock().unwrap_or_else(|p| p.into_inner());
     let (mut rest_p, mut rest_f) = (Vec::new(), Vec::new());
     let mut full = false;
-    for (&p, &f) in pages.iter().zip(frames) {
-        if full {
-            rest_p.push(p);
-            rest_f.push(f);
-            continue;
-        }
-        if !c.worth_trying() {
-            r.counters.zswap_reject_compress.fetch_add(1, Relaxed);
-            rest_p.push(p);
-            rest_f.push(f);
-            continue;
-        }
-        let bytes: &[u8; PAGE_SIZE] = e.frames.page(f).try_into().expect("a page");
-        match c.pool.store_page(bytes) {
-            Ok(h) => {
-                c.note(false);
-                stored.push((p, f, h))
-            }
-            Err(why) => {
-                c.note(why == Reject::PoorCompression);
-                full = why == Reject::PoolFull;
-                rejected(e, r, why, 1);
+    let mut n_stored = 0;
+    for (chunk_p, chunk_f) in pages.chunks(STORE_CHUNK).zip(frames.chunks(STORE_CHUNK)) {
+        let mut stored: Vec<(u64, usize, Handle)> = Vec::new();
+        for (&p, &f) in chunk_p.iter().zip(chunk_f) {
+            if full {
                 rest_p.push(p);
                 rest_f.push(f);
+                continue;
+            }
+            if !c.worth_trying() {
+                r.counters.zswap_reject_compress.fetch_add(1, Relaxed);
+                rest_p.push(p);
+                rest_f.push(f);
+                continue;
+            }
+            grow_room(e, c, 1 + STORE_GROWTH);
+            match c
+                .pool
+                .store_page(e.frames.page(f).try_into().expect("a page"))
+            {
+                Ok(h) => {
+                    c.note(false);
+                    stored.push((p, f, h))
+                }
+                Err(why) => {
+                    c.note(why == Reject::PoorCompression);
+                    full = why == Reject::PoolFull;
+                    rejected(e, r, why, 1);
+                    rest_p.push(p);
+                    rest_f.push(f);
+                }
             }
         }
-    }
-    // Slots for the stored ones (any slots: they are written only on writeback).
-    let mut runs = Vec::new();
-    let got = e.slots.alloc(&mut ctx.cursor, stored.len(), &mut runs);
-    let slots: Vec<Slot> = runs.iter().flat_map(|run| run.slots()).collect();
-    let mut freed = Vec::with_capacity(stored.len());
-    for (k, &(p, f, h)) in stored.iter().enumerate() {
-        if k >= got {
-            // No slot: the page goes the other way (its bytes are still in the frame).
-            let _ = c.pool.free(h);
-            rest_p.push(p);
-            rest_f.push(f);
-            continue;
+        // Slots for the stored ones (any slots: they are written only on writeback).
+        let mut runs = Vec::new();
+        let got = e.slots.alloc(&mut ctx.cursor, stored.len(), &mut runs);
+        let slots: Vec<Slot> = runs.iter().flat_map(|run| run.slots()).collect();
+        let mut freed = Vec::with_capacity(stored.len());
+        for (k, &(p, f, h)) in stored.iter().enumerate() {
+            if k >= got {
+                // No slot: the page goes the other way (its bytes are still in the frame).
+                let _ = c.pool.free(h);
+                rest_p.push(p);
+                rest_f.push(f);
+                continue;
+            }
+            let s = slots[k];
+            c.set_handle(s, h, false);
+            e.tiers.meta.set(s, Location::Compressed, 0);
+            u.set(p as usize % UNIT_PAGES, PageState::Swapped(s));
+            c.push_order(Stored {
+                region: r.id,
+                page: p,
+                slot: s,
+                unit: false,
+            });
+            freed.push(f);
         }
-        let s = slots[k];
-        c.set_handle(s, h, false);
-        e.tiers.meta.set(s, Location::Compressed, 0);
-        u.set(p as usize % UNIT_PAGES, PageState::Swapped(s));
-        c.push_order(Stored {
-            region: r.id,
-            page: p,
-            slot: s,
-            unit: false,
-        });
-        freed.push(f);
+        n_stored += freed.len();
+        e.frames.free(&e.zapper, &freed);
+        e.budget.uncharge(Gauge::Cached, freed.len() as i64);
+        charge_pool(e, c);
     }
-    let n = freed.len();
-    e.frames.free(&e.zapper, &freed);
-    e.budget.uncharge(Gauge::Cached, n as i64);
-    charge_pool(e, c);
-    r.counters.zswpout.fetch_add(n as u64, Relaxed);
+    end_store(e, c);
+    r.counters.zswpout.fetch_add(n_stored as u64, Relaxed);
     (rest_p, rest_f)
 }
 
@@ -543,21 +615,14 @@ pub(crate) fn balance(e: &Engine, ctx: &mut ThreadCtx, need: u64) -> u64 {
         let Some(r) = e.regions.by_id(st.region) else {
             continue;
         };
-        // The decompressed copy needs room until its write completes and it is
-        // trimmed: write back only within the budget.
-        let n = if st.unit { UNIT_PAGES as i64 } else { 1 };
-        if e.budget.promised_pages() + n > e.budget.limit_pages() {
-            c.order
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push_front(st);
-            break;
-        }
         let mut u = r.unit_of(st.page).lock();
         if r.is_dead() {
             continue;
         }
-        started += write_back(e, c, ctx, &r, &mut u, st);
+        match write_back(e, c, ctx, &r, &mut u, st) {
+            Some(n) => started += n,
+            None => break,
+        }
         charge_pool(e, c);
     }
     charge_pool(e, c);
@@ -572,50 +637,56 @@ fn write_back(
     r: &Arc<RegionInner>,
     u: &mut UnitPages,
     st: Stored,
-) -> u64 {
+) -> Option<u64> {
     let i = st.page as usize % UNIT_PAGES;
     if u.get(i) != PageState::Swapped(st.slot) {
-        return 0; // stale
+        return Some(0); // stale
     }
     let Some((h, unit)) = c.handle_of(st.slot) else {
-        return 0;
+        return Some(0);
     };
     if unit != st.unit {
-        return 0;
+        return Some(0);
     }
-    let (n, frames): (usize, Vec<usize>) = if unit {
-        let Some(huge) = e.frames.alloc_huge(crate::frames::Site::Compressed) else {
-            c.order
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push_front(st);
-            return 0;
-        };
-        (
-            UNIT_PAGES,
-            (0..UNIT_PAGES).map(|k| huge + k * PAGE_SIZE).collect(),
-        )
-    } else {
-        let Some(f) = e.frames.alloc_one(crate::frames::Site::Compressed) else {
-            c.order
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push_front(st);
-            return 0;
-        };
-        (1, vec![f])
+    // The decompressed copy needs room until its write completes and it is trimmed:
+    // taken as one step against faults' reservations, or the entry waits.
+    let n = if unit { UNIT_PAGES } else { 1 };
+    let requeue = || {
+        c.order
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_front(st);
     };
+    if !e.budget.charge_if_room(Gauge::Cached, n as i64) {
+        requeue();
+        return None;
+    }
+    let frames: Vec<usize> = if unit {
+        e.frames
+            .alloc_huge(crate::frames::Site::Compressed)
+            .map(|huge| (0..UNIT_PAGES).map(|k| huge + k * PAGE_SIZE).collect())
+            .unwrap_or_default()
+    } else {
+        e.frames
+            .alloc_one(crate::frames::Site::Compressed)
+            .map(|f| vec![f])
+            .unwrap_or_default()
+    };
+    if frames.is_empty() {
+        e.budget.uncharge(Gauge::Cached, n as i64);
+        requeue();
+        return None;
+    }
     let out = if unit {
         e.frames.span_mut(frames[0], UNIT_SIZE)
     } else {
         e.frames.page_mut(frames[0])
     };
-    e.budget.charge(Gauge::Cached, n as i64);
     if c.pool.load(h, out).is_err() {
         // Corrupt in RAM: nothing to write; the fault that comes will say so.
         e.frames.free(&e.zapper, &frames);
         e.budget.uncharge(Gauge::Cached, n as i64);
-        return 0;
+        return Some(0);
     }
     let first_page = st.page - if unit { st.page % UNIT_PAGES as u64 } else { 0 };
     let mut pages = Vec::with_capacity(n);
@@ -651,5 +722,5 @@ fn write_back(
         a = b;
     }
     r.counters.zswpwb.fetch_add(pages.len() as u64, Relaxed);
-    pages.len() as u64
+    Some(pages.len() as u64)
 }
