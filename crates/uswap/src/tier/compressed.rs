@@ -691,7 +691,6 @@ fn write_back(
     let first_page = st.page - if unit { st.page % UNIT_PAGES as u64 } else { 0 };
     let mut pages = Vec::with_capacity(n);
     let mut fr = Vec::with_capacity(n);
-    let mut slots_ok = true;
     for k in 0..n {
         let p = first_page + k as u64;
         let s = st.slot + k as u64;
@@ -704,12 +703,10 @@ fn write_back(
             pages.push(p);
             fr.push(frames[k]);
         } else {
-            slots_ok = false;
             e.frames.free(&e.zapper, &frames[k..k + 1]);
             e.budget.uncharge(Gauge::Cached, 1);
         }
     }
-    let _ = slots_ok;
     // Runs of consecutive slots, one write each.
     let mut a = 0;
     while a < pages.len() {
