@@ -11,11 +11,13 @@
 //!   both take the last room and no reader sees a page in neither term; fault-around and
 //!   readahead ask for more with [`Budget::take_room`], which grants only room nobody
 //!   holds; reclaim's own short-lived copies (a compressed entry decompressed for
-//!   writeback) and the compressed pool's growth take room the same way
-//!   ([`Budget::charge_if_room`]);
+//!   writeback) take room the same way ([`Budget::charge_if_room`]);
 //! - faults leave the last pages to reclaim (`reclaim_reserve`, the kernel's min
 //!   watermark): a store in the compressed pool grows the pool before it frees the
-//!   stored frames, so at the limit it needs room that no fault may take.
+//!   stored frames, and the pool's writeback decompresses an entry before its write
+//!   lets the copy go, so at the limit both need room that no fault may take (faults
+//!   keep the limit filled: reclaim taking its copies only from the room faults left
+//!   never wrote back a unit on 2 cores).
 //! - a new region's page map is reserved first (the limit drops at once), reclaimed
 //!   for, and only then counted ([`Budget::commit_metadata`]).
 
@@ -139,11 +141,12 @@ impl Budget {
         self.gauge(g).fetch_add(n, Relaxed);
     }
 
-    /// Charge `n` pages outside any reservation only if they fit where a fault's
-    /// would, checked and taken as one step (reclaim's short-lived copies: without
-    /// it, a fault and reclaim could both take the last room). False: nothing charged.
-    pub(crate) fn charge_if_room(&self, g: Gauge, n: i64) -> bool {
-        if self.promised.fetch_add(n, SeqCst) + n > self.fault_limit_pages() {
+    /// Charge `n` pages outside any reservation only if they fit under the limit with
+    /// `keep` pages still free, checked and taken as one step (reclaim's short-lived
+    /// copies, out of its reserve: without it, a fault and reclaim could both take the
+    /// last room). False: nothing charged.
+    pub(crate) fn charge_if_room(&self, g: Gauge, n: i64, keep: i64) -> bool {
+        if self.promised.fetch_add(n, SeqCst) + n > self.limit_pages() - keep {
             self.promised.fetch_sub(n, SeqCst);
             return false;
         }
@@ -366,7 +369,7 @@ mod tests {
                     let mut held = std::collections::VecDeque::new();
                     for i in 0..50_000i64 {
                         let n = 1 + (i + t) % 13;
-                        if b.charge_if_room(Gauge::Cached, n) {
+                        if b.charge_if_room(Gauge::Cached, n, 2) {
                             check(b);
                             held.push_back(n);
                         }

@@ -326,14 +326,17 @@ fn child(e: &Arc<Engine>) {
                         _ => clean.push((r.page_addr(p), PAGE_SIZE)),
                     },
                     PageState::Swapped(s) => match e.cache.remove(s) {
-                        // The parent's write may not finish: this copy comes back.
+                        // The parent's write may not finish: this copy comes back
+                        // (decrypted first: a frame under write holds ciphertext).
                         Some(en) if en.state == CacheState::Writing => {
                             e.slots.clear_cache(s);
+                            let plain = crate::tier::seal::open_frame(e, s, en.frame);
                             e.tiers.release(e, s);
                             let dst = r.page_addr(p);
-                            if e.uffd
-                                .copy(dst, en.frame as *const u8, PAGE_SIZE, false, Wake::Yes)
-                                .is_ok()
+                            if plain
+                                && e.uffd
+                                    .copy(dst, en.frame as *const u8, PAGE_SIZE, false, Wake::Yes)
+                                    .is_ok()
                             {
                                 u.set(
                                     i,

@@ -169,9 +169,8 @@ pub(crate) fn write_pages(
 
 /// Pages `pages` of a locked unit, in `frames`, are written to slots `first..`: the
 /// swap cache holds each as `Writing` until the write completes, the page map says
-/// swapped, the slot records the page's checksum. With encryption the request writes
-/// the pages' ciphertext, from bounce pages it owns (`tier/seal.rs`); the frames keep
-/// the plaintext, the clean copies once written.
+/// swapped, the slot records the page's checksum (of the plaintext). With encryption
+/// the frames are encrypted in place once their entries are in (`tier/seal.rs`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn write_run(
     e: &Engine,
@@ -208,6 +207,7 @@ pub(crate) fn write_run(
         u.set(p as usize % UNIT_PAGES, PageState::Swapped(s));
     }
     r.counters.write_requests.fetch_add(1, Relaxed);
+    crate::tier::seal::seal_frames(e, frames, first);
     let mut op = Op::new(
         OpKind::Write,
         r.clone(),
@@ -215,9 +215,6 @@ pub(crate) fn write_run(
         frames.to_vec(),
         first,
     );
-    if let Some(bounce) = crate::tier::seal::seal_run(e, frames, first) {
-        op = op.with_bounce(bounce);
-    }
     op.attempt = attempt;
     e.tiers.submit(e, ctx, op);
 }
@@ -262,6 +259,18 @@ pub(crate) fn restore_dirty(e: &Engine, r: &RegionInner, u: &mut UnitPages, p: u
     e.budget.transfer(Gauge::Cached, Gauge::Resident, 1);
 }
 
+/// The copy of `page` in `frame` (its cache entry gone) cannot be decrypted: its
+/// bytes are lost, the program gets SIGBUS on it.
+fn lose_copy(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64, slot: Slot, frame: usize) {
+    e.diag.internal(&format!(
+        "the copy of page {page} of region {} written to slot {slot} does not decrypt",
+        r.id
+    ));
+    e.frames.free(&e.zapper, &[frame]);
+    e.budget.uncharge(Gauge::Cached, 1);
+    crate::fault::poison_page(e, r, u, page, slot);
+}
+
 /// A write finished: the copies are clean (or, on error, written elsewhere or put
 /// back).
 pub(crate) fn complete_write(e: &Engine, ctx: &mut ThreadCtx, mut op: Op, res: i32) {
@@ -278,11 +287,9 @@ pub(crate) fn complete_write(e: &Engine, ctx: &mut ThreadCtx, mut op: Op, res: i
             return;
         }
     }
-    // Done with this request: its ciphertext goes (a page written elsewhere is
-    // encrypted again, under a new generation).
-    if let Some(b) = op.bounce.take() {
-        crate::tier::seal::release(e, b);
-    }
+    // Encrypted in place: a frame nobody waits for goes now (`tier/seal.rs`).
+    let sealed = e.tiers.seal.is_some();
+    let mut unread: Vec<usize> = Vec::new();
     let first_unit = op.pages[0] / UNIT_PAGES as u64;
     debug_assert!(op.pages.iter().all(|p| p / UNIT_PAGES as u64 == first_unit));
     let mut u = r.unit_of(op.pages[0]).lock();
@@ -303,14 +310,27 @@ pub(crate) fn complete_write(e: &Engine, ctx: &mut ThreadCtx, mut op: Op, res: i
         if ok {
             r.counters.pswpout.fetch_add(1, Relaxed);
             match e.cache.complete_io(slot) {
-                Some(en) if en.waiters => crate::fault::map_from_frames(
-                    e,
-                    &r,
-                    &mut u,
-                    page,
-                    &[(slot, en.frame)],
-                    en.write,
-                ),
+                Some(en) if en.waiters => {
+                    if crate::tier::seal::open_frame(e, slot, en.frame) {
+                        crate::fault::map_from_frames(
+                            e,
+                            &r,
+                            &mut u,
+                            page,
+                            &[(slot, en.frame)],
+                            en.write,
+                        )
+                    } else {
+                        e.slots.clear_cache(slot);
+                        lose_copy(e, &r, &mut u, page, slot, en.frame);
+                    }
+                }
+                Some(en) if sealed => {
+                    // Written, and nobody waits: ciphertext is no clean copy.
+                    e.cache.remove(slot);
+                    e.slots.clear_cache(slot);
+                    unread.push(en.frame);
+                }
                 Some(en) => {
                     e.frames.retag(en.frame, crate::frames::Site::Written);
                     crate::reclaim::push_inactive(e, r.id, page, slot)
@@ -328,6 +348,10 @@ pub(crate) fn complete_write(e: &Engine, ctx: &mut ThreadCtx, mut op: Op, res: i
         if res == -libc::EIO || res >= 0 {
             e.slots.mark_bad(slot);
         }
+        if !crate::tier::seal::open_frame(e, slot, en.frame) {
+            lose_copy(e, &r, &mut u, page, slot, en.frame);
+            continue;
+        }
         e.tiers.release(e, slot);
         if res == -libc::EIO && op.attempt + 1 < WRITE_TRIES {
             relocate.push((page, en.frame));
@@ -340,6 +364,8 @@ pub(crate) fn complete_write(e: &Engine, ctx: &mut ThreadCtx, mut op: Op, res: i
             restore_dirty(e, &r, &mut u, page, en.frame);
         }
     }
+    e.frames.free(&e.zapper, &unread);
+    e.budget.uncharge(Gauge::Cached, unread.len() as i64);
     if !ok && !r.is_dead() {
         if res != -libc::EIO || op.attempt + 1 >= WRITE_TRIES {
             refused(e, if res < 0 { -res } else { libc::EIO });

@@ -130,6 +130,10 @@ fn encrypted_swap_round_trips_through_the_compressed_tier() {
             assert!(c.zswpout > 0 && c.zswpin > 0, "{unit:?}: {c:?}");
             // The compressed pool's writeback went through the encrypted write path.
             assert!(c.zswpwb > 0, "{unit:?}: no writeback to the file: {c:?}");
+            assert!(
+                c.peak_used_bytes <= 48 * MIB,
+                "{unit:?}: over budget: {c:?}"
+            );
             assert!(c.pswpout > 0 && c.pswpin > 0, "{unit:?}: {c:?}");
             assert_eq!(c.swap_csum_fail + c.poisoned, 0, "{unit:?}: {c:?}");
             drop(r);
@@ -273,28 +277,33 @@ fn no_two_encrypted_writes_give_the_same_ciphertext() {
     });
 }
 
-/// KNOWN DEFECT (issue 17): the bounce pages of encrypted writes in flight are
-/// charged when the write starts, after reclaim sized its work without them, so the
-/// engine goes over its budget by up to the writes in flight (16 MiB budget: peak
-/// 20-23 MB). Fix in reclaim: with encryption, a write of n pages needs n more pages
-/// of room until it completes (reserve them before writing, or cap the writes in
-/// flight to a fixed bounce pool charged at start).
+/// Encrypted writes take no memory beyond their frames (they are encrypted in place):
+/// the budget holds at every instant (it did not with bounce pages: a 16 MiB budget
+/// peaked at 20-23 MB), also with the compressed tier's writeback in the mix.
 #[test]
-#[ignore = "known defect: encrypted writes in flight put the engine over its budget"]
 fn encrypted_writes_stay_within_the_budget() {
     with_deadline(120, |t| {
         for unit in [UnitPolicy::Small, UnitPolicy::Huge] {
-            let p = t.pool(Pool::builder().budget(16 * MIB).encrypt(true));
-            let r = p.region_with(64 * MIB, opts(unit)).unwrap();
-            fill(r.as_words(), 9);
-            check(r.as_words(), 9, &format!("{unit:?}"));
-            let c = p.counters();
-            assert!(
-                c.peak_used_bytes <= 16 * MIB,
-                "{unit:?}: over budget: {c:?}"
-            );
-            drop(r);
-            t.finish_pool(p, &format!("{unit:?}"));
+            for compressed in [false, true] {
+                let what = format!("{unit:?}, compressed {compressed}");
+                t.phase(what.clone());
+                let mut b = Pool::builder().budget(32 * MIB).encrypt(true);
+                if compressed {
+                    b = b.tier(TierKind::CompressedFile).compressed_max_percent(25);
+                }
+                let p = t.pool(b);
+                let r = p.region_with(128 * MIB, opts(unit)).unwrap();
+                for seed in [9, 10] {
+                    fill(r.as_words(), seed);
+                    check(r.as_words(), seed, &what);
+                }
+                let c = p.counters();
+                assert!(c.pswpout > 0 && c.pswpin > 0, "{what}: {c:?}");
+                assert!(c.peak_used_bytes <= 32 * MIB, "{what}: over budget: {c:?}");
+                assert_eq!(c.swap_csum_fail + c.poisoned, 0, "{what}: {c:?}");
+                drop(r);
+                t.finish_pool(p, &what);
+            }
         }
     });
 }

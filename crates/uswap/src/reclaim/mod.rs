@@ -175,17 +175,25 @@ pub(crate) fn run(e: &Arc<Engine>, mut ctx: ThreadCtx) {
             crate::fork::arm_child_polls(e, &mut ctx);
         }
         if !futile {
-            if let Some(target) = kswapd_target(e) {
+            // A compressed pool past its share writes its oldest back first (zswap's
+            // shrink worker), also while reclaim runs: else, with a stream keeping
+            // reclaim busy, the pool keeps its oldest pages and refuses every new one.
+            let target = kswapd_target(e);
+            let wrote_back = if target.is_none() || crate::tier::compressed::wants_writeback(e) {
+                let _a = e.fork.enter();
+                crate::tier::compressed::balance(e, &mut ctx, 0)
+            } else {
+                0
+            };
+            if wrote_back > 0 {
+                ctx.ring.submit();
+            }
+            if let Some(target) = target {
                 let _a = e.fork.enter();
                 futile = !reclaim(e, &mut ctx, target);
                 continue;
             }
-            let wrote_back = {
-                let _a = e.fork.enter();
-                crate::tier::compressed::balance(e, &mut ctx, 0)
-            };
             if wrote_back > 0 {
-                ctx.ring.submit();
                 continue;
             }
             let made_spare = {

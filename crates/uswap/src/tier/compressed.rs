@@ -72,6 +72,11 @@ pub(crate) struct Compressed {
     /// the pool by 2 MiB in the middle of an eviction), and `floor` covers the one
     /// store that grows the pool.
     storing: Mutex<()>,
+    /// A store was refused for want of room (zswap's `zswap_pool_reached_full`):
+    /// writeback runs until the largest entry fits again, even below the share's
+    /// high mark (a unit is ~1/8 of a 12 MiB share: the pool stuck between "too full
+    /// for a unit" and "full enough to write back" refused every unit).
+    limit_hit: std::sync::atomic::AtomicBool,
 }
 
 /// What became of a unit offered to the compressed tier.
@@ -94,6 +99,10 @@ const STORE_GROWTH: i64 = 16;
 
 /// Pages stored between frees of their frames (one zap each time).
 const STORE_CHUNK: usize = 16;
+
+/// Pages writeback may hold decompressed at the limit when entries are pages (each is
+/// written and let go on its own).
+const WRITEBACK_PAGES: i64 = 64;
 
 /// Room a chunk of page stores grows the pool by before its frames are freed (an
 /// object is under a page: pages compressing worse are refused).
@@ -128,17 +137,38 @@ impl Compressed {
             floor: std::sync::atomic::AtomicI64::new(0),
             whole_units,
             storing: Mutex::new(()),
+            limit_hit: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
     /// The pages of the budget that faults leave to reclaim: what one store may grow
-    /// the pool by before it frees the frames it stored (one store at a time). A unit
-    /// is the most: 80% of 2 MiB with the default threshold.
+    /// the pool by before it frees the frames it stored (one store at a time; a unit
+    /// is the most: 80% of 2 MiB with the default threshold), and room for writeback's
+    /// decompressed copies (`write_back`).
     pub(crate) fn reclaim_reserve(&self) -> i64 {
+        self.store_reserve()
+            + if self.writeback {
+                self.writeback_reserve()
+            } else {
+                0
+            }
+    }
+
+    /// The part of `reclaim_reserve` a store needs: writeback's copies leave it free.
+    fn store_reserve(&self) -> i64 {
         if self.whole_units {
             self.unit_growth()
         } else {
             CHUNK_GROWTH
+        }
+    }
+
+    /// Writeback's copies in flight at the limit: one unit, or `WRITEBACK_PAGES`.
+    fn writeback_reserve(&self) -> i64 {
+        if self.whole_units {
+            UNIT_PAGES as i64
+        } else {
+            WRITEBACK_PAGES
         }
     }
 
@@ -163,6 +193,13 @@ impl Compressed {
     /// fault once the pool is full).
     pub(crate) fn may_take(&self) -> bool {
         self.bytes() + PAGE_SIZE as u64 <= self.share.load(Relaxed) && self.worth_trying()
+    }
+
+    /// Whether the pool wants writeback: past 15/16 of its share, or a store was
+    /// refused for room (`limit_hit`).
+    fn over_share(&self) -> bool {
+        let share = self.share.load(Relaxed);
+        self.limit_hit.load(Relaxed) || self.bytes() >= share - share / 16
     }
 
     /// A store's outcome, for `poor_run`.
@@ -314,7 +351,7 @@ pub(crate) fn store_unit(
         Err(why) => {
             end_store(e, c);
             c.note(why == Reject::PoorCompression);
-            rejected(e, r, why, UNIT_PAGES as u64);
+            rejected(e, c, r, why, UNIT_PAGES as u64);
             return UnitStore::Refused;
         }
     };
@@ -400,7 +437,7 @@ pub(crate) fn store_pages(
                 Err(why) => {
                     c.note(why == Reject::PoorCompression);
                     full = why == Reject::PoolFull;
-                    rejected(e, r, why, 1);
+                    rejected(e, c, r, why, 1);
                     rest_p.push(p);
                     rest_f.push(f);
                 }
@@ -441,11 +478,12 @@ pub(crate) fn store_pages(
     (rest_p, rest_f)
 }
 
-fn rejected(e: &Engine, r: &RegionInner, why: Reject, pages: u64) {
+fn rejected(e: &Engine, c: &Compressed, r: &RegionInner, why: Reject, pages: u64) {
     match why {
         Reject::PoorCompression => r.counters.zswap_reject_compress.fetch_add(pages, Relaxed),
         Reject::PoolFull => {
             // Make room for newer pages: the reclaim thread writes the oldest back.
+            c.limit_hit.store(true, Relaxed);
             e.threads.wake_kswapd();
             r.counters.zswap_reject_full.fetch_add(pages, Relaxed)
         }
@@ -575,6 +613,14 @@ fn load_unit(e: &Engine, c: &Compressed, r: &RegionInner, u: &mut UnitPages, pag
     charge_pool(e, c);
 }
 
+/// Whether the pool wants writeback now (cheap: the reclaim thread asks every round).
+pub(crate) fn wants_writeback(e: &Engine) -> bool {
+    e.tiers
+        .compressed
+        .as_ref()
+        .is_some_and(|c| c.writeback && c.over_share())
+}
+
 /// Past the pool's share, write the oldest entries back to the back tier (zswap's
 /// writeback) down to 7/8 of it; with `need` > 0 (reclaim found nothing else to free),
 /// also that many pages' worth below where the pool is. Compacts when much is
@@ -589,14 +635,22 @@ pub(crate) fn balance(e: &Engine, ctx: &mut ThreadCtx, need: u64) -> u64 {
         charge_pool(e, c);
     }
     let share = c.share.load(Relaxed);
-    let over = c.bytes() >= share - share / 16;
+    let hit = c.limit_hit.load(Relaxed);
+    let over = c.over_share();
     if !c.writeback || !(over || need > 0) || !crate::writeback::can_write(e) {
         return 0;
     }
+    // Down to 7/8 of the share, and to where the largest entry fits.
+    let largest = if c.whole_units {
+        c.unit_growth() as u64 * PAGE_SIZE as u64
+    } else {
+        PAGE_SIZE as u64
+    };
+    let low = (share - share / 8).min(share.saturating_sub(largest));
     let target = if need > 0 {
         c.bytes().saturating_sub(need * PAGE_SIZE as u64)
     } else {
-        share - share / 8
+        low
     };
     let mut started = 0;
     let base = e.tiers.file().base();
@@ -626,6 +680,9 @@ pub(crate) fn balance(e: &Engine, ctx: &mut ThreadCtx, need: u64) -> u64 {
         charge_pool(e, c);
     }
     charge_pool(e, c);
+    if hit && c.bytes() <= low {
+        c.limit_hit.store(false, Relaxed);
+    }
     started
 }
 
@@ -649,6 +706,7 @@ fn write_back(
         return Some(0);
     }
     // The decompressed copy needs room until its write completes and it is trimmed:
+    // out of reclaim's reserve (with what faults left), leaving a store its part,
     // taken as one step against faults' reservations, or the entry waits.
     let n = if unit { UNIT_PAGES } else { 1 };
     let requeue = || {
@@ -657,7 +715,10 @@ fn write_back(
             .unwrap_or_else(|p| p.into_inner())
             .push_front(st);
     };
-    if !e.budget.charge_if_room(Gauge::Cached, n as i64) {
+    if !e
+        .budget
+        .charge_if_room(Gauge::Cached, n as i64, c.store_reserve())
+    {
         requeue();
         return None;
     }

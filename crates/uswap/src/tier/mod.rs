@@ -56,15 +56,11 @@ pub struct Op {
     pub attempt: u8,
     /// Part of a whole-unit (2 MiB) swap-in: map the unit whole when all parts are in.
     pub unit_read: bool,
-    /// An encrypted write's ciphertext, which the request writes instead of the
-    /// frames (`seal.rs`); released when it completes for good.
-    pub(crate) bounce: Option<seal::Bounce>,
     iov: Vec<libc::iovec>,
 }
 
 // SAFETY: the iovecs point into frames of the pool's arenas, which live as long as
-// the engine and belong to this request until it completes, or into its own bounce
-// pages.
+// the engine and belong to this request until it completes.
 unsafe impl Send for Op {}
 
 impl Op {
@@ -86,38 +82,14 @@ impl Op {
             slot,
             attempt: 0,
             unit_read: false,
-            bounce: None,
             iov,
         }
     }
 
-    /// Write `bounce`'s pages (the frames' ciphertext) instead of the frames.
-    pub(crate) fn with_bounce(mut self, bounce: seal::Bounce) -> Op {
-        debug_assert_eq!(bounce.len(), self.frames.len());
-        self.iov = crate::ring::coalesce_iov(&bounce.pages);
-        self.bounce = Some(bounce);
-        self
-    }
-
-    /// The bytes a write sends for its `k`th page: its ciphertext when encrypted,
-    /// else the frame.
-    pub(crate) fn write_page<'a>(
-        &'a self,
-        frames: &'a crate::frames::Frames,
-        k: usize,
-    ) -> &'a [u8] {
-        match &self.bounce {
-            // SAFETY: a bounce page is a page-sized buffer this request owns until it
-            // completes; nothing writes it after sealing.
-            Some(b) => unsafe { std::slice::from_raw_parts(b.pages[k] as *const u8, PAGE_SIZE) },
-            None => frames.page(self.frames[k]),
-        }
-    }
-
     /// Pages of the budget that leave it when this write completes: its frames (then
-    /// clean, droppable) and its bounce pages.
+    /// clean, droppable).
     fn budget_pages(&self) -> i64 {
-        (self.pages.len() + self.bounce.as_ref().map_or(0, seal::Bounce::len)) as i64
+        self.pages.len() as i64
     }
 
     /// Bytes the request moves.
@@ -265,8 +237,7 @@ pub(crate) struct Inflight {
     pub(crate) requests: AtomicI64,
     /// Writes.
     pub(crate) writes: AtomicI64,
-    /// Pages being written, and their bounce pages: they leave the budget when their
-    /// writes complete.
+    /// Pages being written: they leave the budget when their writes complete.
     pub(crate) write_pages: AtomicI64,
 }
 

@@ -146,7 +146,7 @@ impl RemoteCtx {
         match op.kind {
             OpKind::Write => {
                 let items = (0..n)
-                    .map(|k| (op.slot + k as u64, op.write_page(frames, k).to_vec()))
+                    .map(|k| (op.slot + k as u64, frames.page(op.frames[k]).to_vec()))
                     .collect();
                 self.client.put_batch(token, items);
                 self.ops.insert(

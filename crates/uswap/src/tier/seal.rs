@@ -11,11 +11,16 @@
 //!   fails on any changed byte, on another slot's bytes (misdirected I/O: another
 //!   generation), and on an older write of the same slot (dropped writes: another
 //!   generation); the caller retries, then poisons the page, as for a checksum.
-//! - The frame keeps the plaintext (it stays as the clean copy once written), so a
-//!   write encrypts into bounce pages that its request owns until it completes; they
-//!   are memory the engine holds, charged to the budget (`Gauge::Cached`) while the
-//!   write is in flight, and counted with the write's pages in `Inflight::write_pages`
-//!   (they leave the budget when it completes, which reclaim counts on).
+//! - A write encrypts its frames in place (dm-crypt copies into bounce pages from a
+//!   mempool; here bounce pages would be memory over the budget at the very moment
+//!   reclaim is short of it, and a reserve for them would come out of every fault's
+//!   room). Nothing reads a frame under write: a fault on its page waits for the
+//!   write (the swap cache's `Writing` entry), so every `Writing` frame holds
+//!   ciphertext and every `Clean` one plaintext. When the write completes, a page a
+//!   fault waits for (or a failed write's, which goes back or elsewhere) is opened in
+//!   place ([`open_frame`]); the others' frames go at once instead of staying as clean
+//!   copies (the kernel frees a page reclaim wrote the same way, at the end of its
+//!   writeback), which saves decrypting what nobody may read.
 //! - fork: the child reads the slots it shares with its parent with the parent's key
 //!   (it has a copy), but writes its own file under a key of its own: the parent and
 //!   the child both go on counting generations from where they were at the fork and
@@ -28,7 +33,6 @@
 //! slot before trusting the slot (`unit.rs`), where re-encrypting the page to compare
 //! tags would cost as much as the write it saves.
 
-use crate::budget::Gauge;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::slots::Slot;
@@ -182,23 +186,20 @@ impl Sealer {
         keys.get(i.checked_sub(1)?).and_then(|(_, k)| k.clone())
     }
 
-    /// Encrypt `pages` (plaintext, in slot order from `first`) into `out` (one page
-    /// each), recording each slot's generation and tag. Returns how many pages could
-    /// not be encrypted (no key to write with, which `can_write` rules out, or an
-    /// AEAD error, which a page cannot meet): their slots record generation 0, so
-    /// what is written there never verifies and the page is lost loudly, never read
-    /// back wrong.
-    fn seal(&self, first: Slot, pages: &[&[u8]], out: &[usize]) -> usize {
+    /// Encrypt `pages` (plaintext, in slot order from `first`) in place, recording
+    /// each slot's generation and tag. Returns how many pages could not be encrypted
+    /// (no key to write with, which `can_write` rules out, or an AEAD error, which a
+    /// page cannot meet): they are wiped and their slots record generation 0, so what
+    /// is written there never verifies and the page is lost loudly, never read back
+    /// wrong.
+    fn seal(&self, first: Slot, pages: &mut [&mut [u8]]) -> usize {
         let key = self.write_key();
         let base = self.next_generation.fetch_add(pages.len() as u64, Relaxed);
         let mut failed = 0;
-        for (k, (src, &dst)) in pages.iter().zip(out).enumerate() {
+        for (k, buf) in pages.iter_mut().enumerate() {
             let slot = first + k as Slot;
             let generation = base + k as u64;
-            // SAFETY: `dst` is a bounce page owned by the caller's request, not yet
-            // submitted: nobody else reads or writes it.
-            let buf = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, PAGE_SIZE) };
-            buf.copy_from_slice(src);
+            let buf: &mut [u8] = buf;
             let sealed = key.as_ref().and_then(|key| {
                 key.get()
                     .seal_in_place_separate_tag(nonce(generation, slot), Aad::empty(), buf)
@@ -269,62 +270,31 @@ impl Sealer {
     }
 }
 
-/// A page-aligned page off the heap, for bounce pages when no frame is free.
-#[repr(C, align(4096))]
-pub(crate) struct HeapPage([u8; PAGE_SIZE]);
-
-/// The bounce pages of an encrypted write: ciphertext, owned by its request until it
-/// completes, charged to the budget meanwhile.
-pub(crate) struct Bounce {
-    /// Page addresses in slot order: frames first, then `heap`'s.
-    pub(crate) pages: Vec<usize>,
-    /// How many of `pages` are frames.
-    frames: usize,
-    heap: Vec<Box<HeapPage>>,
-}
-
-impl Bounce {
-    /// Pages held.
-    pub(crate) fn len(&self) -> usize {
-        self.pages.len()
-    }
-}
-
-/// Encrypt the pages in `frames` (for slots `first..`) into new bounce pages, charged
-/// to the budget. None: encryption is off.
-pub(crate) fn seal_run(e: &Engine, frames: &[usize], first: Slot) -> Option<Bounce> {
-    let sealer = e.tiers.seal.as_ref()?;
-    let n = frames.len();
-    let mut runs = Vec::new();
-    let got = e.frames.alloc(n, &mut runs, crate::frames::Site::Bounce);
-    let mut pages: Vec<usize> = runs
-        .iter()
-        .flat_map(|&(a, len)| (0..len).map(move |k| a + k * PAGE_SIZE))
-        .collect();
-    // No frame free (over budget for a moment): the heap has room.
-    let heap: Vec<Box<HeapPage>> = (got..n)
-        .map(|_| Box::new(HeapPage([0; PAGE_SIZE])))
-        .collect();
-    pages.extend(heap.iter().map(|h| h.0.as_ptr() as usize));
-    e.budget.charge(Gauge::Cached, n as i64);
-    let plain: Vec<&[u8]> = frames.iter().map(|&f| e.frames.page(f)).collect();
-    let failed = sealer.seal(first, &plain, &pages);
+/// Encrypt the pages in `frames` (for slots `first..`) in place, before their write
+/// is submitted (their `Writing` entries are in: nothing reads them until it
+/// completes). False: encryption is off.
+pub(crate) fn seal_frames(e: &Engine, frames: &[usize], first: Slot) -> bool {
+    let Some(sealer) = e.tiers.seal.as_ref() else {
+        return false;
+    };
+    let mut pages: Vec<&mut [u8]> = frames.iter().map(|&f| e.frames.page_mut(f)).collect();
+    let failed = sealer.seal(first, &mut pages);
     if failed > 0 {
         e.diag.internal(&format!(
             "{failed} pages for slots from {first} could not be encrypted: they will read \
              back as lost"
         ));
     }
-    Some(Bounce {
-        pages,
-        frames: got,
-        heap,
-    })
+    true
 }
 
-/// A write's bounce pages go (its request completed for good).
-pub(crate) fn release(e: &Engine, b: Bounce) {
-    e.frames.free(&e.zapper, &b.pages[..b.frames]);
-    e.budget.uncharge(Gauge::Cached, b.len() as i64);
-    drop(b.heap);
+/// The frame of a completed write to `slot` gets its plaintext back (a fault waits
+/// for the page, or the write failed). False: it cannot be (never so, short of the
+/// records or the frame being corrupt in RAM); the page's bytes are lost. True with
+/// encryption off.
+pub(crate) fn open_frame(e: &Engine, slot: Slot, frame: usize) -> bool {
+    e.tiers
+        .seal
+        .as_ref()
+        .is_none_or(|s| s.open(slot, e.frames.page_mut(frame)))
 }
