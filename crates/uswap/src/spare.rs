@@ -119,10 +119,15 @@ pub(crate) fn refill(e: &Engine) -> bool {
         return false;
     };
     let n = UNIT_PAGES as i64;
-    // Charged first, then checked: a fault reserving meanwhile sees it.
-    e.budget.charge(Gauge::Spare, n);
-    let ok =
-        e.budget.promised_pages() <= e.budget.high_pages() && populate_write(sp.addr(i), UNIT_SIZE);
+    // Room under the high watermark, checked and taken as one step against faults'
+    // reservations (charged first and checked after, the charge itself crossed the
+    // limit for a moment, and the peak saw it).
+    let keep = e.budget.limit_pages() - e.budget.high_pages();
+    if !e.budget.charge_if_room(Gauge::Spare, n, keep) {
+        sp.state().1.push(i);
+        return false;
+    }
+    let ok = populate_write(sp.addr(i), UNIT_SIZE);
     if ok {
         let _ = sp
             .credit
