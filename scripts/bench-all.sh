@@ -177,9 +177,9 @@ checksum)
   cargo run --release -q --manifest-path scripts/hash-cost/Cargo.toml > "$OUT/hash-cost.txt" 2>&1
   ;;
 integrity)
-  # Issue 17: encryption at rest against plain (checksums always on), alternating.
-  for i in 1 2 3; do for enc in "" "--encrypt"; do
-    tag=${enc:+-enc}; tag=${tag:--plain}
+  # Issue 17: checksums (the default), none, and encryption at rest, alternating.
+  for i in 1 2 3; do for enc in "" "--no-checksums" "--encrypt"; do
+    case $enc in --encrypt) tag=-enc ;; --no-checksums) tag=-nocsum ;; *) tag=-plain ;; esac
     run "int-swap-w-seq-2m$tag-$i" $U bench swap-w-seq --size 1G --budget 256M --unit 2m $enc --json
     run "int-pmbench-4k$tag-$i" $U bench pmbench --size 1G --budget 256M --unit 4k --duration $DUR $enc --json
     run "int-seq-read-2m$tag-$i" $U bench seq-read --size 1G --budget 256M --unit 2m $enc --json

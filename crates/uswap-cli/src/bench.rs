@@ -366,6 +366,12 @@ pub struct BenchArgs {
     #[arg(long)]
     pub encrypt: bool,
 
+    /// Write pages without their checksums and read them back unchecked: only to measure
+    /// what checksums cost (a bit flipped on the device then comes back as a wrong byte).
+    /// No effect with --encrypt, whose tag checks every page.
+    #[arg(long)]
+    pub no_checksums: bool,
+
     /// Swap unit: 4k pages, whole 2m units (real THPs), or auto: 2 MiB I/O for sequential
     /// streams, 4 KiB with readahead for random faults [default: auto].
     #[arg(long, value_enum, value_name = "UNIT", ignore_case = true, default_value_t = Unit::Auto, hide_default_value = true)]
@@ -551,6 +557,9 @@ impl BenchArgs {
         if self.encrypt {
             a.push("--encrypt".into());
         }
+        if self.no_checksums {
+            a.push("--no-checksums".into());
+        }
         a
     }
 
@@ -625,7 +634,7 @@ impl BenchArgs {
         if let Some(s) = self.swap_size {
             b = b.swap_size(s);
         }
-        b = b.encrypt(self.encrypt);
+        b = b.encrypt(self.encrypt).checksums(!self.no_checksums);
         if let Some(n) = self.inject_read_errors {
             b = b.inject_io_errors(uswap::FaultInjection {
                 fail_read_every: n,
@@ -1053,6 +1062,7 @@ mod tests {
             "--swap-size",
             "4G",
             "--encrypt",
+            "--no-checksums",
             "--memory",
             "plain",
             "--against",
@@ -1083,6 +1093,7 @@ mod tests {
         assert_eq!(b.duration, a.duration);
         assert_eq!(b.swap_file, a.swap_file);
         assert!(a.encrypt && b.encrypt);
+        assert!(a.no_checksums && b.no_checksums);
         assert_eq!(
             b.memory,
             MemoryKind::Uswap,
