@@ -326,14 +326,16 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicBool;
 
-    /// Faults reserving and charging, reclaim charging its copies only with room, both
-    /// at the limit on many threads: usage never crosses it (a check made apart from
-    /// its charge let both take the last room: the compressed tier's writeback copy).
+    /// Faults reserving and charging, reclaim charging its copies only with room (leaving
+    /// a store its part of the reserve) and one store at a time charging its growth, all
+    /// at the limit on many threads: usage never crosses it (a check made apart from its
+    /// charge let both take the last room: the compressed tier's writeback copy).
     #[test]
     fn faults_and_reclaim_never_both_take_the_last_room() {
         let limit = 64;
         let b = Budget::new(limit as u64 * PAGE_SIZE as u64, 4);
         let over = AtomicBool::new(false);
+        let storing = std::sync::Mutex::new(());
         let check = |b: &Budget| {
             if b.usage_pages() > limit {
                 over.store(true, Relaxed);
@@ -364,7 +366,7 @@ mod tests {
                 });
             }
             for t in 0..2i64 {
-                let (b, check) = (&b, &check);
+                let (b, check, storing) = (&b, &check, &storing);
                 s.spawn(move || {
                     let mut held = std::collections::VecDeque::new();
                     for i in 0..50_000i64 {
@@ -373,9 +375,13 @@ mod tests {
                             check(b);
                             held.push_back(n);
                         }
-                        b.charge_reclaim(Gauge::Pool, 2);
-                        check(b);
-                        b.uncharge(Gauge::Pool, 2);
+                        {
+                            // One store at a time (the compressed tier's `storing`).
+                            let _one = storing.lock().unwrap();
+                            b.charge_reclaim(Gauge::Pool, 2);
+                            check(b);
+                            b.uncharge(Gauge::Pool, 2);
+                        }
                         if held.len() > 2 || (i % 5 == 0 && !held.is_empty()) {
                             b.uncharge(Gauge::Cached, held.pop_front().unwrap());
                         }
