@@ -348,6 +348,13 @@ fn child(e: &Arc<Engine>) {
                                 u.resident += 1;
                                 resident_back += 1;
                             } else {
+                                if !plain {
+                                    eprintln!(
+                                        "uswap: after fork: page {p} of region {} does not \
+                                         decrypt: poisoned",
+                                        r.id
+                                    );
+                                }
                                 u.set(i, PageState::Poisoned);
                                 let _ = r.uffd.poison(dst, PAGE_SIZE);
                             }

@@ -168,12 +168,10 @@ pub(crate) enum Site {
     Written,
     /// Retagged: a copy whose mapping failed, put back as clean.
     Unmapped,
-    /// Ciphertext of a write (encryption at rest).
-    Bounce,
 }
 
 impl Site {
-    const ALL: [Site; 12] = [
+    const ALL: [Site; 11] = [
         Site::SwapIn,
         Site::Readahead,
         Site::InThread,
@@ -185,7 +183,6 @@ impl Site {
         Site::Writing,
         Site::Written,
         Site::Unmapped,
-        Site::Bounce,
     ];
 }
 
@@ -272,6 +269,20 @@ impl Frames {
     /// Whether `addr` is a page of a 2 MiB frame.
     pub(crate) fn is_huge(&self, addr: usize) -> bool {
         self.huge.contains(addr)
+    }
+
+    /// Which 2 MiB frame `addr` is a page of, if any.
+    pub(crate) fn huge_index(&self, addr: usize) -> Option<usize> {
+        self.huge.contains(addr).then(|| self.huge.index(addr))
+    }
+
+    /// Pages of the 2 MiB frame of `addr` still held (0 for a 4 KiB frame).
+    pub(crate) fn huge_live(&self, addr: usize) -> u16 {
+        if self.huge.contains(addr) {
+            self.huge_live[self.huge.index(addr)].load(Relaxed)
+        } else {
+            0
+        }
     }
 
     /// Give back the frames of `pages` (addresses of 4 KiB pages, each owned by the

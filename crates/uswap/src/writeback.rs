@@ -259,6 +259,45 @@ pub(crate) fn restore_dirty(e: &Engine, r: &RegionInner, u: &mut UnitPages, p: u
     e.budget.transfer(Gauge::Cached, Gauge::Resident, 1);
 }
 
+/// Written pages nobody waits for, their frames still ciphertext (entries `Clean`, under
+/// the unit's lock): their frames go, unread. A page of a 2 MiB frame whose other pages
+/// live on (clean copies of the unit that stayed) is opened and kept as a clean copy
+/// instead: the frame's memory goes only with its last page, so freeing it alone would
+/// take it off the budget while it is still held.
+fn drop_unread(e: &Engine, r: &RegionInner, u: &mut UnitPages, unread: &[(u64, Slot, usize)]) {
+    // Pages here per 2 MiB frame (an op's pages are of one unit: a frame or two).
+    let mut here: Vec<(usize, usize)> = Vec::new();
+    for &(_, _, f) in unread {
+        if let Some(i) = e.frames.huge_index(f) {
+            match here.iter_mut().find(|(j, _)| *j == i) {
+                Some((_, n)) => *n += 1,
+                None => here.push((i, 1)),
+            }
+        }
+    }
+    let mut freed: Vec<usize> = Vec::with_capacity(unread.len());
+    for &(page, slot, frame) in unread {
+        let whole = e.frames.huge_index(frame).is_none_or(|i| {
+            let n = here.iter().find(|(j, _)| *j == i).map_or(0, |h| h.1);
+            n >= usize::from(e.frames.huge_live(frame))
+        });
+        if whole {
+            e.cache.remove(slot);
+            e.slots.clear_cache(slot);
+            freed.push(frame);
+        } else if crate::tier::seal::open_frame(e, slot, frame) {
+            e.frames.retag(frame, crate::frames::Site::Written);
+            crate::reclaim::push_inactive(e, r.id, page, slot);
+        } else {
+            e.cache.remove(slot);
+            e.slots.clear_cache(slot);
+            lose_copy(e, r, u, page, slot, frame);
+        }
+    }
+    e.frames.free(&e.zapper, &freed);
+    e.budget.uncharge(Gauge::Cached, freed.len() as i64);
+}
+
 /// The copy of `page` in `frame` (its cache entry gone) cannot be decrypted: its
 /// bytes are lost, the program gets SIGBUS on it.
 fn lose_copy(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64, slot: Slot, frame: usize) {
@@ -287,17 +326,20 @@ pub(crate) fn complete_write(e: &Engine, ctx: &mut ThreadCtx, mut op: Op, res: i
             return;
         }
     }
-    // Encrypted in place: a frame nobody waits for goes now (`tier/seal.rs`).
+    // Encrypted in place: a written frame nobody waits for goes now (`tier/seal.rs`).
     let sealed = e.tiers.seal.is_some();
-    let mut unread: Vec<usize> = Vec::new();
+    let mut unread: Vec<(u64, Slot, usize)> = Vec::new();
     let first_unit = op.pages[0] / UNIT_PAGES as u64;
     debug_assert!(op.pages.iter().all(|p| p / UNIT_PAGES as u64 == first_unit));
     let mut u = r.unit_of(op.pages[0]).lock();
+    // Read once: `destroy` marks the region dead before it waits for this lock, and a
+    // second reading could drop the pages taken out for relocation below.
+    let dead = r.is_dead();
     let mut relocate: Vec<(u64, usize)> = Vec::new();
     for (k, &page) in op.pages.iter().enumerate() {
         let slot = op.slot + k as u64;
         let i = page as usize % UNIT_PAGES;
-        let wanted = !r.is_dead()
+        let wanted = !dead
             && u.get(i) == PageState::Swapped(slot)
             && e.cache.get(slot).is_some_and(|en| !en.orphan);
         if !wanted {
@@ -325,12 +367,7 @@ pub(crate) fn complete_write(e: &Engine, ctx: &mut ThreadCtx, mut op: Op, res: i
                         lose_copy(e, &r, &mut u, page, slot, en.frame);
                     }
                 }
-                Some(en) if sealed => {
-                    // Written, and nobody waits: ciphertext is no clean copy.
-                    e.cache.remove(slot);
-                    e.slots.clear_cache(slot);
-                    unread.push(en.frame);
-                }
+                Some(en) if sealed => unread.push((page, slot, en.frame)),
                 Some(en) => {
                     e.frames.retag(en.frame, crate::frames::Site::Written);
                     crate::reclaim::push_inactive(e, r.id, page, slot)
@@ -364,9 +401,8 @@ pub(crate) fn complete_write(e: &Engine, ctx: &mut ThreadCtx, mut op: Op, res: i
             restore_dirty(e, &r, &mut u, page, en.frame);
         }
     }
-    e.frames.free(&e.zapper, &unread);
-    e.budget.uncharge(Gauge::Cached, unread.len() as i64);
-    if !ok && !r.is_dead() {
+    drop_unread(e, &r, &mut u, &unread);
+    if !ok && !dead {
         if res != -libc::EIO || op.attempt + 1 >= WRITE_TRIES {
             refused(e, if res < 0 { -res } else { libc::EIO });
         }

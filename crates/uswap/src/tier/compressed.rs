@@ -705,7 +705,7 @@ fn write_back(
     if unit != st.unit {
         return Some(0);
     }
-    // The decompressed copy needs room until its write completes and it is trimmed:
+    // The decompressed copy needs room until its write completes and it is freed:
     // out of reclaim's reserve (with what faults left), leaving a store its part,
     // taken as one step against faults' reservations, or the entry waits.
     let n = if unit { UNIT_PAGES } else { 1 };
