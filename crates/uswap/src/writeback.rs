@@ -411,6 +411,10 @@ pub(crate) fn complete_write(e: &Engine, ctx: &mut ThreadCtx, mut op: Op, res: i
         for (p, f) in unbacked {
             restore_dirty(e, &r, &mut u, p, f);
         }
+    }
+    // Pages put back, or mapped for a fault that waited: the unit is evictable again
+    // (the fault's own `lru_add` ran while its page was still out).
+    if !dead {
         crate::reclaim::lru_add(e, &r, op.pages[0], &u);
     }
 }

@@ -117,7 +117,7 @@ fn serve(addr: usize) -> bool {
 /// The fault of one page, served here. Returns when the access may run again: true,
 /// or false when the page's bytes are lost (the program's SIGBUS).
 fn fault(e: &Engine, r: &Arc<RegionInner>, page: u64) -> bool {
-    let _a = e.fork.enter();
+    let active = e.fork.enter();
     // Room for the page and its read's frame. No direct reclaim here (it needs a
     // thread's ring): wait for the reclaim thread, then go over rather than hang.
     let t = std::time::Instant::now();
@@ -130,7 +130,7 @@ fn fault(e: &Engine, r: &Arc<RegionInner>, page: u64) -> bool {
             e.diag.over_budget();
         }
     }
-    let _room = e.budget.room(2);
+    let room = e.budget.room(2);
     if e.budget.usage_pages() > e.budget.high_pages() {
         e.threads.wake_kswapd();
     }
@@ -195,8 +195,13 @@ fn fault(e: &Engine, r: &Arc<RegionInner>, page: u64) -> bool {
             }
             Lookup::InFlight => {
                 // A fault thread's read or a write is in flight: its completion maps
-                // the page (a waiter was recorded). Wait for it outside the lock.
+                // the page (a waiter was recorded). Wait for it outside the lock, and
+                // outside the engine: a fork being prepared waits for every thread in
+                // it, and the thread whose completion ends this wait would wait for
+                // the fork.
                 drop(u);
+                drop(room);
+                drop(active);
                 while matches!(r.unit_of(page).lock().get(i), PageState::Swapped(s) if s == slot)
                     && !r.is_dead()
                 {
