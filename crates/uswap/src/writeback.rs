@@ -277,25 +277,30 @@ fn drop_unread(e: &Engine, r: &RegionInner, u: &mut UnitPages, unread: &[(u64, S
     }
     let mut freed: Vec<usize> = Vec::with_capacity(unread.len());
     for &(page, slot, frame) in unread {
-        let whole = e.frames.huge_index(frame).is_none_or(|i| {
+        let last = e.frames.huge_index(frame).is_none_or(|i| {
             let n = here.iter().find(|(j, _)| *j == i).map_or(0, |h| h.1);
             n >= usize::from(e.frames.huge_live(frame))
         });
-        if whole {
-            e.cache.remove(slot);
-            e.slots.clear_cache(slot);
+        if !last && crate::tier::seal::open_frame(e, slot, frame) {
+            keep_written(e, r, page, slot, frame);
+            continue;
+        }
+        e.cache.remove(slot);
+        e.slots.clear_cache(slot);
+        if last {
             freed.push(frame);
-        } else if crate::tier::seal::open_frame(e, slot, frame) {
-            e.frames.retag(frame, crate::frames::Site::Written);
-            crate::reclaim::push_inactive(e, r.id, page, slot);
         } else {
-            e.cache.remove(slot);
-            e.slots.clear_cache(slot);
             lose_copy(e, r, u, page, slot, frame);
         }
     }
     e.frames.free(&e.zapper, &freed);
     e.budget.uncharge(Gauge::Cached, freed.len() as i64);
+}
+
+/// A written page's copy stays in the swap cache, clean, oldest to go.
+fn keep_written(e: &Engine, r: &RegionInner, page: u64, slot: Slot, frame: usize) {
+    e.frames.retag(frame, crate::frames::Site::Written);
+    crate::reclaim::push_inactive(e, r.id, page, slot);
 }
 
 /// The copy of `page` in `frame` (its cache entry gone) cannot be decrypted: its
@@ -368,10 +373,7 @@ pub(crate) fn complete_write(e: &Engine, ctx: &mut ThreadCtx, mut op: Op, res: i
                     }
                 }
                 Some(en) if sealed => unread.push((page, slot, en.frame)),
-                Some(en) => {
-                    e.frames.retag(en.frame, crate::frames::Site::Written);
-                    crate::reclaim::push_inactive(e, r.id, page, slot)
-                }
+                Some(en) => keep_written(e, &r, page, slot, en.frame),
                 None => {}
             }
             continue;

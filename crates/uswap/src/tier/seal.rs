@@ -272,10 +272,10 @@ impl Sealer {
 
 /// Encrypt the pages in `frames` (for slots `first..`) in place, before their write
 /// is submitted (their `Writing` entries are in: nothing reads them until it
-/// completes). False: encryption is off.
-pub(crate) fn seal_frames(e: &Engine, frames: &[usize], first: Slot) -> bool {
+/// completes). Nothing with encryption off.
+pub(crate) fn seal_frames(e: &Engine, frames: &[usize], first: Slot) {
     let Some(sealer) = e.tiers.seal.as_ref() else {
-        return false;
+        return;
     };
     let mut pages: Vec<&mut [u8]> = frames.iter().map(|&f| e.frames.page_mut(f)).collect();
     let failed = sealer.seal(first, &mut pages);
@@ -285,7 +285,6 @@ pub(crate) fn seal_frames(e: &Engine, frames: &[usize], first: Slot) -> bool {
              back as lost"
         ));
     }
-    true
 }
 
 /// The frame of a completed write to `slot` gets its plaintext back (a fault waits
