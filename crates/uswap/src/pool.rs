@@ -163,6 +163,10 @@ pub struct FaultInjection {
     pub short_read_every: u64,
     /// Every Nth write request of more than one page writes only half (0: never).
     pub short_write_every: u64,
+    /// Fail every Nth mapping of a swapped-in copy into the region, as UFFDIO_COPY
+    /// fails with ENOMEM under a memory limit (0: never): the copy must wait for the
+    /// retrying fault, wherever it came from.
+    pub fail_map_every: u64,
     /// Inject only into a request's first attempt, so that the engine's retry succeeds:
     /// the failures are transient and no data may be lost to them (what a test that
     /// checks every byte needs). False: every Nth request, retries included.

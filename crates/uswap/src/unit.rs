@@ -28,6 +28,7 @@
 
 use crate::budget::Gauge;
 use crate::engine::Engine;
+use crate::fault::IfUnmapped;
 use crate::pagemap::{PageState, RegionInner, UnitPages};
 use crate::slots::Slot;
 use crate::swap_cache::{CacheState, Entry, Owner};
@@ -156,14 +157,14 @@ pub(crate) fn swap_in_unit(
         }
     }
     if clean == UNIT_PAGES {
-        let frames: Vec<usize> = slots
+        let copies: Vec<(Slot, usize)> = slots
             .iter()
-            .map(|&s| e.cache.remove(s).map_or(0, |en| en.frame))
+            .map(|&s| (s, e.cache.remove(s).map_or(0, |en| en.frame)))
             .collect();
         r.counters.minflt.fetch_add(1, Relaxed);
         r.counters.swapcache_hit.fetch_add(1, Relaxed);
         unit_ra_hit(r, u);
-        map_unit(e, r, u, first, &slots, &frames, write);
+        map_unit(e, r, u, first, &copies, write, IfUnmapped::Cache);
         r.last_whole_unit.store(unit_no, Relaxed);
         unit_readahead(e, ctx, r, unit_no, forward, backward);
         return true;
@@ -349,41 +350,45 @@ fn unit_readahead(
     }
 }
 
-/// Map a unit whose every page has a clean copy in `frames` into the region, whole.
-/// The caller removed the cache entries. Runs of consecutive frames move with one
-/// UFFDIO_MOVE each (a 2 MiB frame as one PMD: a real THP); pages that refuse to move
-/// (frames still shared with a forked process) are copied one by one, and a page that
-/// cannot be mapped at all keeps its copy in the cache for the retrying fault.
+/// Map a unit whose every page has a clean copy, `(slot, frame)` in `copies`, into the
+/// region, whole. The caller removed the cache entries. Runs of consecutive frames
+/// move with one UFFDIO_MOVE each (a 2 MiB frame as one PMD: a real THP); pages that
+/// refuse to move (frames still shared with a forked process) are copied one by one,
+/// and a page that cannot be mapped at all is left as `if_unmapped` says for the
+/// retrying fault.
 pub(crate) fn map_unit(
     e: &Engine,
     r: &RegionInner,
     u: &mut UnitPages,
     first: u64,
-    slots: &[Slot; UNIT_PAGES],
-    frames: &[usize],
+    copies: &[(Slot, usize)],
     write: bool,
+    if_unmapped: IfUnmapped,
 ) {
+    debug_assert_eq!(copies.len(), UNIT_PAGES);
+    let frame = |k: usize| copies[k].1;
     let dst = r.page_addr(first);
     let mut moved = [false; UNIT_PAGES];
     let mut k = 0;
     while k < UNIT_PAGES {
         let mut n = 1;
-        while k + n < UNIT_PAGES && frames[k + n] == frames[k + n - 1] + PAGE_SIZE {
+        while k + n < UNIT_PAGES && frame(k + n) == frame(k + n - 1) + PAGE_SIZE {
             n += 1;
         }
         let (done, _) =
             r.uffd
-                .move_pages_partial(dst + k * PAGE_SIZE, frames[k], n * PAGE_SIZE, Wake::No);
+                .move_pages_partial(dst + k * PAGE_SIZE, frame(k), n * PAGE_SIZE, Wake::No);
         let m = done / PAGE_SIZE;
         moved[k..k + m].fill(true);
-        if m == n && n == UNIT_PAGES && e.frames.is_huge(frames[0]) {
-            e.frames.free_moved_huge(frames[0]);
-        } else if m > 0 && !e.frames.is_huge(frames[k]) {
-            e.frames.free_moved(frames[k], m);
+        if m == n && n == UNIT_PAGES && e.frames.is_huge(frame(0)) {
+            e.frames.free_moved_huge(frame(0));
+        } else if m > 0 && !e.frames.is_huge(frame(k)) {
+            e.frames.free_moved(frame(k), m);
         } else if m > 0 {
             // Part of a 2 MiB frame moved (its PMD was split): those pages are gone
             // from it; the frame goes back with its last page.
-            e.frames.free(&e.zapper, &frames[k..k + m]);
+            let part: Vec<usize> = copies[k..k + m].iter().map(|c| c.1).collect();
+            e.frames.free(&e.zapper, &part);
         }
         k += n;
     }
@@ -395,7 +400,7 @@ pub(crate) fn map_unit(
             .write_protect(dst, UNIT_SIZE, true, Wake::No)
             .is_err();
     let mut n_moved = 0;
-    for (i, &s) in slots.iter().enumerate() {
+    for (i, &(s, _)) in copies.iter().enumerate() {
         if moved[i] {
             crate::fault::mark_mapped(e, r, u, i, s, dirty);
             n_moved += 1;
@@ -405,7 +410,8 @@ pub(crate) fn map_unit(
     e.budget
         .transfer(Gauge::Cached, Gauge::Resident, n_moved as i64);
     for i in (0..UNIT_PAGES).filter(|&i| !moved[i]) {
-        crate::fault::map_from_frames(e, r, u, first + i as u64, &[(slots[i], frames[i])], dirty);
+        let copy = &copies[i..i + 1];
+        crate::fault::map_copies(e, r, u, first + i as u64, copy, dirty, if_unmapped);
     }
     u.clean_by_move = !dirty;
     if all {
@@ -468,11 +474,11 @@ pub(crate) fn complete_unit_read(e: &Engine, ctx: &mut ThreadCtx, op: Op, res: i
         }
     }
     if wanted && whole {
-        let frames: Vec<usize> = slots
+        let copies: Vec<(Slot, usize)> = slots
             .iter()
-            .map(|&s| e.cache.remove(s).map_or(0, |en| en.frame))
+            .map(|&s| (s, e.cache.remove(s).map_or(0, |en| en.frame)))
             .collect();
-        map_unit(e, &r, &mut u, first, &slots, &frames, write);
+        map_unit(e, &r, &mut u, first, &copies, write, IfUnmapped::Cache);
         return;
     }
     for i in 0..UNIT_PAGES {

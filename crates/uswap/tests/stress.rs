@@ -5,7 +5,7 @@
 //! the process now and then (the child checks its copy and writes its own; the parent
 //! goes on checking its own). Configurations cover 4 KiB, 2 MiB and auto units, the
 //! three readahead policies, both stale-slot policies, one and two fault threads, and
-//! injected read/write errors and short I/O.
+//! injected read/write errors, short I/O and failed mappings.
 //!
 //! Every byte is checked against a model: a page holds what its (region, page,
 //! generation) derives, generation 0 being zeros; each page has a lock in the model,
@@ -134,6 +134,7 @@ fn configs() -> Vec<Config> {
                 fail_write_every: 5,
                 short_read_every: 11,
                 short_write_every: 13,
+                fail_map_every: 17,
                 transient: true,
             },
             ..base
@@ -152,6 +153,12 @@ fn configs() -> Vec<Config> {
             budget_mib: 24,
             fork_ms: 4000,
             tier: TierKind::CompressedFile,
+            // A mapping fails now and then (ENOMEM under a memory limit): a page just
+            // decompressed keeps its entry until mapped.
+            inject: FaultInjection {
+                fail_map_every: 29,
+                ..FaultInjection::default()
+            },
             ..base
         },
     ]

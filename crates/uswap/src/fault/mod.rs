@@ -305,6 +305,30 @@ pub(crate) fn map_from_frames(
     copies: &[(Slot, usize)],
     dirty: bool,
 ) {
+    map_copies(e, r, u, page, copies, dirty, IfUnmapped::Cache);
+}
+
+/// What becomes of a copy that could not be mapped; its page stays swapped to its
+/// slot and the fault retries either way.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum IfUnmapped {
+    /// Kept in the swap cache, clean: the slot's tier holds the same bytes.
+    Cache,
+    /// Freed: a copy just decompressed, whose compressed entry stays until a mapping
+    /// succeeds (a cache copy would be the page's only one once the entry went).
+    Drop,
+}
+
+/// [`map_from_frames`], saying what becomes of a copy that could not be mapped.
+pub(crate) fn map_copies(
+    e: &Engine,
+    r: &RegionInner,
+    u: &mut UnitPages,
+    page: u64,
+    copies: &[(Slot, usize)],
+    dirty: bool,
+    if_unmapped: IfUnmapped,
+) {
     let i0 = page as usize % UNIT_PAGES;
     let mut k = 0;
     while k < copies.len() {
@@ -314,16 +338,28 @@ pub(crate) fn map_from_frames(
             n += 1;
         }
         let dst = r.page_addr(page + k as u64);
-        let mapped = match r.uffd.copy_counted(
-            dst,
-            copies[k].1 as *const u8,
-            n * PAGE_SIZE,
-            !dirty,
-            Wake::Yes,
-        ) {
+        let every = e.cfg.inject.fail_map_every;
+        let injected =
+            every > 0 && (e.diag.map_seq.fetch_add(1, Relaxed) + 1).is_multiple_of(every);
+        let result = if injected {
+            Err((0, std::io::Error::from_raw_os_error(libc::ENOMEM)))
+        } else {
+            r.uffd.copy_counted(
+                dst,
+                copies[k].1 as *const u8,
+                n * PAGE_SIZE,
+                !dirty,
+                Wake::Yes,
+            )
+        };
+        let mapped = match result {
             Ok(()) => n,
             Err((done, err)) => {
-                map_failed(r, "swap-in copy", dst, err);
+                if injected {
+                    let _ = r.uffd.wake(dst, PAGE_SIZE);
+                } else {
+                    map_failed(r, "swap-in copy", dst, err);
+                }
                 done / PAGE_SIZE
             }
         };
@@ -334,6 +370,10 @@ pub(crate) fn map_from_frames(
                 u.resident += 1;
                 e.frames.free(&e.zapper, &[frame]);
                 e.budget.transfer(Gauge::Cached, Gauge::Resident, 1);
+            } else if if_unmapped == IfUnmapped::Drop {
+                e.slots.clear_cache(s);
+                e.frames.free(&e.zapper, &[frame]);
+                e.budget.uncharge(Gauge::Cached, 1);
             } else {
                 // Not mapped: the copy stays in the cache, clean; the retry finds it.
                 let owner = crate::swap_cache::Owner {

@@ -529,8 +529,9 @@ pub(crate) fn fault(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64, s
     }
 }
 
-/// Map pages just decompressed into their frames: the entries go (the release of
-/// each slot frees them), the pages are dirty.
+/// Map pages just decompressed into their frames, dirty, as copies from the cache
+/// (the mapping drops each slot's cache reference and applies the stale-slot policy
+/// to it); then `drop_mapped`.
 fn map_loaded(
     e: &Engine,
     c: &Compressed,
@@ -539,13 +540,32 @@ fn map_loaded(
     loaded: &[(u64, Slot, usize)],
 ) {
     for &(p, s, f) in loaded {
-        c.release(s);
-        e.tiers.meta.set(s, Location::None, 0);
-        // As a copy from the cache: `map_from_frames` drops the slot's cache reference
-        // and applies the stale-slot policy to the slot.
         e.slots.set_cache(s);
         e.budget.charge(Gauge::Cached, 1);
-        crate::fault::map_from_frames(e, r, u, p, &[(s, f)], true);
+        let drop = crate::fault::IfUnmapped::Drop;
+        crate::fault::map_copies(e, r, u, p, &[(s, f)], true, drop);
+    }
+    drop_mapped(e, c, u, loaded.iter().map(|&(p, s, _)| (p, s)));
+}
+
+/// The compressed entries of pages just mapped go (zswap's exclusive load: the page is
+/// dirty now). Only once mapped: a page whose copy failed to map (UFFDIO_COPY's ENOMEM
+/// under a memory limit) stays swapped to its entry, which its retrying fault
+/// decompresses again; released first, the page's bytes were nowhere. With
+/// `FreeOnWrite` the mapping released the slot, and the entry with it; a slot kept
+/// (`KeepUntilReclaim`) loses its entry here.
+fn drop_mapped(
+    e: &Engine,
+    c: &Compressed,
+    u: &UnitPages,
+    pages: impl Iterator<Item = (u64, Slot)>,
+) {
+    for (p, s) in pages {
+        if let PageState::Resident { slot: Some(k), .. } = u.get(p as usize % UNIT_PAGES) {
+            if k == s && c.release(s) {
+                e.tiers.meta.set(s, Location::None, 0);
+            }
+        }
     }
 }
 
@@ -586,13 +606,20 @@ fn load_unit(e: &Engine, c: &Compressed, r: &RegionInner, u: &mut UnitPages, pag
     r.counters.minflt.fetch_add(1, Relaxed);
     if whole {
         for &s in &slots {
-            c.release(s);
-            e.tiers.meta.set(s, Location::None, 0);
             e.slots.set_cache(s);
         }
         e.budget.charge(Gauge::Cached, UNIT_PAGES as i64);
         r.counters.zswpin.fetch_add(UNIT_PAGES as u64, Relaxed);
-        crate::unit::map_unit(e, r, u, first, &slots, &frames, true);
+        let copies: Vec<(Slot, usize)> =
+            slots.iter().copied().zip(frames.iter().copied()).collect();
+        let drop = crate::fault::IfUnmapped::Drop;
+        crate::unit::map_unit(e, r, u, first, &copies, true, drop);
+        drop_mapped(
+            e,
+            c,
+            u,
+            (0..UNIT_PAGES).map(|i| (first + i as u64, slots[i])),
+        );
     } else {
         // Part of the unit was rewritten or discarded since: map the pages still here,
         // give the rest of the frame back.
