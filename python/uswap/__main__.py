@@ -60,8 +60,9 @@ def _parser():
     r.add_argument("--swap-file", metavar="PATH",
                    help="swap file place: a directory, a new file, or a block device "
                    "[default: an unlinked file in $TMPDIR]")
-    r.add_argument("--unit", choices=["4k", "2m", "auto"], default="4k", type=str.lower,
-                   help="swap unit [default: 4k]")
+    r.add_argument("--unit", choices=["4k", "2m", "auto"], default="auto", type=str.lower,
+                   help="swap unit [default: auto: 2 MiB units out, and in where the access "
+                   "is sequential]")
     r.add_argument("--threshold", type=_size, default="1M", metavar="SIZE",
                    help="allocations and mappings of at least SIZE go under uswap [default: 1M]")
     r.add_argument("--stats", nargs="?", const="-", metavar="FILE",

@@ -67,8 +67,9 @@ pub struct RunArgs {
     /// start and never writes anywhere).
     #[arg(long)]
     pub encrypt: bool,
-    /// Swap unit: 4k, 2m or auto [default: 4k].
-    #[arg(long, value_enum, value_name = "UNIT", ignore_case = true, default_value_t = bench::Unit::Small,
+    /// Swap unit: 4k, 2m or auto [default: auto: 2 MiB units out, and in where the access
+    /// is sequential; 4 KiB pages in for random access].
+    #[arg(long, value_enum, value_name = "UNIT", ignore_case = true, default_value_t = bench::Unit::Auto,
           hide_default_value = true)]
     pub unit: bench::Unit,
     #[command(flatten)]

@@ -190,9 +190,9 @@ fn read_config() -> Result<Config, String> {
         Err(_) => return Err("USWAP_BUDGET is not set".into()),
     };
     let unit = match std::env::var("USWAP_UNIT").as_deref() {
-        Err(_) | Ok("") | Ok("4k") | Ok("4K") => UnitPolicy::Small,
+        Ok("4k") | Ok("4K") => UnitPolicy::Small,
         Ok("2m") | Ok("2M") => UnitPolicy::Huge,
-        Ok("auto") => UnitPolicy::Auto,
+        Err(_) | Ok("") | Ok("auto") => UnitPolicy::Auto,
         Ok(o) => return Err(format!("USWAP_UNIT={o:?}: use 4k, 2m or auto")),
     };
     let threshold = match std::env::var("USWAP_THRESHOLD") {

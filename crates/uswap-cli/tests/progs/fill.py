@@ -1,6 +1,6 @@
-# Fill a 256 MiB bytearray with a pattern and check it.
+# Fill a bytearray (256 MiB, or argv[1] MiB) with a pattern and check it.
 import sys, hashlib
-n = 256 << 20
+n = (int(sys.argv[1]) if len(sys.argv) > 1 else 256) << 20
 b = bytearray(n)
 pat = bytes(range(251)) * 4
 step = len(pat)
