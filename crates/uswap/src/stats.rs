@@ -97,7 +97,8 @@ counters! {
     pswpout,
     /// Pages read ahead (not asked for by a fault).
     swap_ra,
-    /// Faults that found a read-ahead page in the swap cache.
+    /// Read-ahead pages found in the swap cache (by their fault, or mapped around
+    /// another's: `fault_around`).
     swap_ra_hit,
     /// 2 MiB units written whole to one cluster.
     thp_swpout,
@@ -113,8 +114,11 @@ counters! {
     majflt,
     /// Faults served without backend I/O (first touch, swap cache).
     minflt,
-    /// Faults served from the swap cache.
+    /// Pages served from the swap cache (by their fault, or mapped around another's).
     swapcache_hit,
+    /// Pages mapped from the swap cache after a faulting page of the same unit, without
+    /// a fault of their own (filemap's fault-around, for swap).
+    fault_around,
     /// Write-protect faults (first write to a clean page).
     wpflt,
     /// Slots freed because their copy went stale (seed 001).

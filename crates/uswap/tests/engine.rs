@@ -293,6 +293,44 @@ fn readahead_policies_are_exact() {
     });
 }
 
+/// Fault-around from the swap cache: on a sequential read of swapped 4 KiB pages, the
+/// read-ahead pages after a faulting page are mapped with it, so most pages take no
+/// fault of their own (each would cost a userfaultfd round trip). The bytes are exact,
+/// and a page mapped around stays write-tracked: it was mapped clean (write-protected,
+/// its slot kept), so a write after the read pass must be seen and written back, not
+/// dropped as a clean page at its next eviction.
+#[test]
+fn fault_around_maps_read_ahead_pages_exactly() {
+    with_deadline(120, |t| {
+        let p = pool(t, 16 * MIB);
+        let r = p
+            .region_with(
+                64 * MIB,
+                RegionOptions {
+                    readahead: Some(ReadaheadPolicy::Vma),
+                    unit: Some(UnitPolicy::Small),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        let pages = 64 * MIB / PAGE_SIZE as u64;
+        fill(r.as_words(), 21);
+        let before = r.counters();
+        check(r.as_words(), 21);
+        let c = r.counters();
+        let faults = (c.minflt + c.majflt) - (before.minflt + before.majflt);
+        let around = c.fault_around - before.fault_around;
+        assert!(
+            around > pages / 2 && faults < pages / 2,
+            "{faults} faults and {around} pages mapped around for {pages} pages read: {c:?}"
+        );
+        for pass in 22..24 {
+            fill(r.as_words(), pass);
+            check(r.as_words(), pass);
+        }
+    });
+}
+
 /// Write errors (each write fails once; the engine writes the page elsewhere) lose
 /// no byte and leak no slot.
 #[test]
