@@ -238,6 +238,11 @@ pub struct RegionInner {
     pub metadata_bytes: u64,
     /// The unit last swapped in whole (`UnitPolicy::Auto`'s sequential test).
     pub last_whole_unit: std::sync::atomic::AtomicU64,
+    /// The page after the last one mapped from the swap cache: a hit there is a
+    /// stream, which fault-around serves (`fault/swapin.rs`).
+    pub cache_hit_next: std::sync::atomic::AtomicU64,
+    /// Fault-around's window: doubles with each hit of a stream, 0 after a random hit.
+    pub around_win: std::sync::atomic::AtomicU32,
 }
 
 impl RegionInner {
@@ -271,6 +276,8 @@ impl RegionInner {
             dead: AtomicBool::new(false),
             metadata_bytes,
             last_whole_unit: std::sync::atomic::AtomicU64::new(u64::MAX),
+            cache_hit_next: std::sync::atomic::AtomicU64::new(u64::MAX),
+            around_win: std::sync::atomic::AtomicU32::new(0),
         }
     }
 
