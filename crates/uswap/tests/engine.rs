@@ -200,6 +200,22 @@ fn tempfile_in_tmp() -> std::fs::File {
     f
 }
 
+/// The pool's counters once reclaim has stopped moving (no page evicted or written for 200 ms,
+/// at most 10 s): what a phase measures is then its own doing.
+fn settled_counters(p: &Pool) -> uswap::Counters {
+    let mut last = p.counters();
+    let start = std::time::Instant::now();
+    while start.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let now = p.counters();
+        if now.evicted == last.evicted && now.pswpout == last.pswpout {
+            return now;
+        }
+        last = now;
+    }
+    last
+}
+
 /// Seed 001's A/B: both policies are exact, and they differ where they must. Pages
 /// swapped in clean own their slots; writing them makes those copies stale. Free-on-
 /// write frees each stale slot at the write fault; keep-until-reclaim keeps it (so it
@@ -225,7 +241,7 @@ fn stale_slot_policies_both_exact_and_differ_in_slots() {
             fill(words, 3);
             check(words, 3); // swapped in clean: the resident tail owns valid slots
             let tail = &words[words.len() - words.len() / 16..]; // 4 MiB, resident
-            let before = p.counters();
+            let before = settled_counters(&p);
             fill(tail, 4); // write faults on clean pages: their slots go stale
             let after = p.counters();
             let freed = after.stale_slot_freed - before.stale_slot_freed;
@@ -235,7 +251,15 @@ fn stale_slot_policies_both_exact_and_differ_in_slots() {
             );
             check(tail, 4);
             check(&words[..words.len() - tail.len()], 3);
-            seen.push((policy, freed, after.slots_used, after.wpflt - before.wpflt));
+            seen.push((
+                policy,
+                freed,
+                after.slots_used,
+                after.wpflt - before.wpflt,
+                // Reclaim may still evict a rewritten tail page meanwhile (a loaded
+                // machine): that frees its kept stale slot, rightly, and writes it.
+                after.pswpout - before.pswpout,
+            ));
             drop(r);
         }
         let (free, keep) = (seen[0], seen[1]);
@@ -244,13 +268,16 @@ fn stale_slot_policies_both_exact_and_differ_in_slots() {
             free.3 >= tail_pages / 2 && keep.3 >= tail_pages / 2,
             "few write faults on the clean tail: {seen:?}"
         );
-        // Free-on-write freed a slot per write fault; keep-until-reclaim none yet.
+        // Free-on-write freed the stale slot of every rewritten page at its write (a
+        // write-protect fault, or a write fault mapping a read-ahead copy from the swap
+        // cache); keep-until-reclaim none at a write, only for the rewritten pages that
+        // reclaim evicted meanwhile.
         assert_eq!(
-            free.1, free.3,
-            "free-on-write: freed != write faults: {seen:?}"
+            free.1, tail_pages,
+            "free-on-write: freed != pages rewritten: {seen:?}"
         );
-        assert_eq!(
-            keep.1, 0,
+        assert!(
+            keep.1 <= keep.4 && keep.4 < tail_pages / 2,
             "keep-until-reclaim freed slots at write: {seen:?}"
         );
         // So keep-until-reclaim holds those slots still.
