@@ -84,7 +84,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE", num_args = 0..=1, require_equals = true)]
     pub stats: Option<Option<PathBuf>>,
     /// Time PROGRAM under kernel swap (a swap file next to uswap's, zram, or zswap) and
-    /// under uswap, each in a fresh memory cgroup limited to the budget + 64 MiB; print
+    /// under uswap, each in a fresh memory cgroup limited to the budget + an allowance
+    /// (`--against-allowance`, default 64 MiB); print
     /// both, the medians and the speed ratio. Needs root.
     #[arg(long, value_enum, value_name = "KIND")]
     pub against: Option<bench::Against>,
@@ -96,6 +97,14 @@ pub struct RunArgs {
     #[arg(long, value_name = "SIZE", default_value = "4G", hide_default_value = true,
           requires = "against", value_parser = bench::parse_size_arg)]
     pub against_swap: u64,
+    /// With --against: the memory each side's cgroup gets beyond the budget, for the
+    /// program's memory outside uswap and its page cache. The default leaves room for a
+    /// runtime's own memory; a small one (e.g. 8M) compares equal memory for a program
+    /// whose memory is nearly all under uswap (the kernel side may use all of it for
+    /// that memory, where uswap keeps to the budget) [default: 64M].
+    #[arg(long, value_name = "SIZE", default_value = "64M", hide_default_value = true,
+          requires = "against", value_parser = bench::parse_size_arg)]
+    pub against_allowance: u64,
     /// With --against: the uswap side runs PROGRAM without the preload library, for a
     /// program that uses uswap itself (e.g. Python's `uswap.Pool`); it reads
     /// USWAP_AGAINST_SIDE=kernel|uswap to pick its memory.

@@ -2,7 +2,7 @@
 //! timed under kernel swap and under uswap at the same memory limit (docs/run.md).
 //!
 //! The sides alternate `--repeat` times, each run in a fresh memory cgroup limited to
-//! the budget + [`ALLOWANCE`] (as `uswap bench --against`):
+//! the budget + `--against-allowance` (64 MiB by default, as `uswap bench --against`):
 //!
 //! * kernel side: kernel swap on (`--against-swap` bytes: a swap file next to uswap's,
 //!   zram, or zswap in front of a swap file), the cgroup allowed to swap, PROGRAM run
@@ -18,7 +18,6 @@
 //! at the end. Everything set up is undone by the guards of `kswap.rs` and `cgroup.rs`,
 //! and after a SIGKILL by the next run (`ledger.rs`).
 
-use crate::against::ALLOWANCE;
 use crate::cgroup::{Hierarchy, Memcg, OomStats, SwapPolicy};
 use crate::harness::{
     check_interrupted, child_done, describe_status, fmt_size, median, need_root, spawn_in, Side,
@@ -184,7 +183,7 @@ fn run_side(
         Outcome::Failed(seen(format!(
             "OOM-killed in its memory cgroup (limit {}, budget + {} allowance; {})",
             fmt_size(limit),
-            fmt_size(ALLOWANCE),
+            fmt_size(args.against_allowance),
             describe_status(status)
         )))
     } else if !status.success() {
@@ -259,7 +258,7 @@ fn compare(args: &RunArgs) -> Result<i32, String> {
     let command = command_line();
     // Before looking at the machine: undo what a killed earlier run left.
     let h = crate::harness::start(&command)?;
-    let limit = args.budget + ALLOWANCE;
+    let limit = args.budget + args.against_allowance;
     let repeat = args.repeat.max(1);
     let dir = kswap::swap_dir(args.swap_file.as_deref());
     let mut ks = KernelSwap::setup(kind, &dir, args.against_swap, false)?;
@@ -277,7 +276,7 @@ fn compare(args: &RunArgs) -> Result<i32, String> {
         kind.name(),
         repeat,
         fmt_size(args.budget),
-        fmt_size(ALLOWANCE),
+        fmt_size(args.against_allowance),
         fmt_size(limit),
         h.version.name(),
         h.root.display()
@@ -420,7 +419,7 @@ fn compare(args: &RunArgs) -> Result<i32, String> {
         "direct": args.direct,
         "budget": args.budget,
         "unit": args.unit.name(),
-        "allowance": ALLOWANCE,
+        "allowance": args.against_allowance,
         "memcg_limit": limit,
         "repeat": repeat,
         "cgroup": h.version.name(),

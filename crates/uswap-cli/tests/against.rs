@@ -983,8 +983,20 @@ fn run_against_interrupted_or_killed_cleans_up() {
     sigkill(&mut m, pid);
     assert!(on(), "nothing left to clean after SIGKILL?\n{seen}");
     let prog = fill_prog();
-    let out = run_against_prog("kernel", &["--json"], &[&prog, "16"], &[]);
-    let (_, err) = ok_json(&out);
+    // (With a smaller allowance: the limit is the budget + that.)
+    let out = run_against_prog(
+        "kernel",
+        &["--json", "--against-allowance", "32M"],
+        &[&prog, "16"],
+        &[],
+    );
+    let (j, err) = ok_json(&out);
+    assert_eq!(j["memcg_limit"], 64u64 << 20, "{j}");
+    assert_eq!(j["allowance"], 32u64 << 20, "{j}");
+    assert!(
+        err.contains("budget 32 MiB + 32 MiB allowance = memcg limit 64 MiB"),
+        "{err}"
+    );
     assert!(
         err.contains(&format!(
             "cleaned up after an earlier run that did not finish (pid {pid}"

@@ -119,6 +119,10 @@ counters! {
     /// Pages mapped from the swap cache after a faulting page of the same unit, without
     /// a fault of their own (filemap's fault-around, for swap).
     fault_around,
+    /// Evicted pages faulted on again while their copies were still in the swap cache
+    /// (the kernel's `workingset_refault_anon`, for what the cache still held). Many
+    /// of them stop reclaim from evicting ahead of need (`reclaim/lists.rs`).
+    workingset_refault,
     /// Write-protect faults (first write to a clean page).
     wpflt,
     /// Slots freed because their copy went stale (seed 001).

@@ -163,6 +163,9 @@ pub(crate) fn swap_in_unit(
             .collect();
         r.counters.minflt.fetch_add(1, Relaxed);
         r.counters.swapcache_hit.fetch_add(1, Relaxed);
+        if !u.prefetched {
+            crate::reclaim::note_refault(e, r, UNIT_PAGES as u64);
+        }
         unit_ra_hit(r, u);
         map_unit(e, r, u, first, &copies, write, IfUnmapped::Cache);
         r.last_whole_unit.store(unit_no, Relaxed);

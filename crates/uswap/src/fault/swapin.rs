@@ -76,6 +76,8 @@ fn cache_hit(e: &Engine, r: &RegionInner, page: u64, en: &Entry) {
     r.counters.swapcache_hit.fetch_add(1, Relaxed);
     if en.readahead {
         r.counters.swap_ra_hit.fetch_add(1, Relaxed);
+    } else {
+        crate::reclaim::note_refault(e, r, 1);
     }
     match r.policy.readahead {
         ReadaheadPolicy::Vma => {

@@ -8,6 +8,7 @@ use crate::slots::Slot;
 use crate::{UnitPolicy, UNIT_PAGES};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Mutex;
 
 /// A page that went to the swap cache, in the order it went there (the kernel's
@@ -26,6 +27,53 @@ pub(crate) struct ReclaimLists {
     pub(super) lru: Mutex<VecDeque<u64>>,
     /// Pages in the swap cache, oldest first.
     inactive: Mutex<VecDeque<CachedRef>>,
+    /// How often evicted pages come back.
+    pub(super) refaults: Refaults,
+}
+
+/// Evicted pages wanted back while their copies are still in the swap cache: the
+/// kernel's refault detection (mm/workingset.c), coarse. User space sees no accessed
+/// bits, so a unit in use but fully resident looks as cold as one nobody touches; what
+/// it can see is an evicted page faulted on again soon. When many are (the working set
+/// does not fit: `sort` at twice its budget), reclaim stops evicting ahead of need,
+/// which would only throw out pages that are coming back.
+#[derive(Default)]
+pub(crate) struct Refaults {
+    evicted: AtomicU64,
+    refaulted: AtomicU64,
+    /// `evicted` and `refaulted` at the start of the current window.
+    window: Mutex<(u64, u64)>,
+    thrashing: AtomicBool,
+}
+
+/// Evictions per measurement window.
+const REFAULT_WINDOW: u64 = 4096;
+
+impl Refaults {
+    /// `n` pages left the region.
+    pub(super) fn evicted(&self, n: u64) {
+        self.evicted.fetch_add(n, Relaxed);
+    }
+
+    /// Whether evicted pages came back often in the last window: over one in eight
+    /// turns it on, under one in thirty-two off again (hysteresis: with evicting ahead
+    /// off, fewer copies wait in the cache to be found).
+    pub(super) fn thrashing(&self) -> bool {
+        let evicted = self.evicted.load(Relaxed);
+        if let Ok(mut w) = self.window.try_lock() {
+            if evicted - w.0 >= REFAULT_WINDOW {
+                let refaulted = self.refaulted.load(Relaxed);
+                let (de, dr) = (evicted - w.0, refaulted.saturating_sub(w.1));
+                if dr * 8 > de {
+                    self.thrashing.store(true, Relaxed);
+                } else if dr * 32 < de {
+                    self.thrashing.store(false, Relaxed);
+                }
+                *w = (evicted, refaulted);
+            }
+        }
+        self.thrashing.load(Relaxed)
+    }
 }
 
 impl ReclaimLists {
@@ -41,6 +89,13 @@ impl ReclaimLists {
     pub(crate) fn clear_inactive(&self) {
         self.inactive().clear();
     }
+}
+
+/// A fault in `r` found `n` evicted copies still in the swap cache (not ones read
+/// ahead).
+pub(crate) fn note_refault(e: &Engine, r: &RegionInner, n: u64) {
+    e.lists.refaults.refaulted.fetch_add(n, Relaxed);
+    r.counters.workingset_refault.fetch_add(n, Relaxed);
 }
 
 /// Put the unit of `page` on the reclaim list if it has resident pages and is not
@@ -163,4 +218,36 @@ fn trim_unit(
         freed += 1;
     }
     freed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window(r: &Refaults, evicted: u64, refaulted: u64) -> bool {
+        r.evicted(evicted);
+        r.refaulted.fetch_add(refaulted, Relaxed);
+        r.thrashing()
+    }
+
+    #[test]
+    fn refaults_turn_thrashing_on_and_off_with_hysteresis() {
+        let r = Refaults::default();
+        assert!(!r.thrashing(), "starts off");
+        // Not a whole window yet: no verdict, however many came back.
+        assert!(!window(&r, REFAULT_WINDOW - 1, REFAULT_WINDOW));
+        assert!(window(&r, 1, 0), "over 1 in 8 came back: on");
+        // Between 1 in 32 and 1 in 8: stays as it is.
+        assert!(window(&r, REFAULT_WINDOW, REFAULT_WINDOW / 16));
+        assert!(
+            !window(&r, REFAULT_WINDOW, REFAULT_WINDOW / 64),
+            "under 1 in 32: off"
+        );
+        assert!(!window(&r, REFAULT_WINDOW, REFAULT_WINDOW / 16));
+        assert!(
+            !window(&r, REFAULT_WINDOW, REFAULT_WINDOW / 8),
+            "exactly 1 in 8: off"
+        );
+        assert!(window(&r, REFAULT_WINDOW, REFAULT_WINDOW / 8 + 1));
+    }
 }

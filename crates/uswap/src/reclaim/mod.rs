@@ -14,7 +14,7 @@
 mod evict;
 mod lists;
 
-pub(crate) use lists::{lru_add, push_inactive, ReclaimLists};
+pub(crate) use lists::{lru_add, note_refault, push_inactive, ReclaimLists};
 
 use crate::budget::Room;
 use crate::engine::Engine;
