@@ -256,11 +256,8 @@ pub(crate) fn child_poll_done(e: &Engine, id: u64) {
         };
         g.swap_remove(i)
     };
-    let base = e.tiers.file().base();
     for s in c.slots {
-        if e.slots.put(s) && s >= base {
-            e.tiers.meta.clear(s);
-        }
+        e.tiers.put_child_ref(e, s);
     }
 }
 
@@ -376,7 +373,8 @@ fn child(e: &Arc<Engine>) {
             }
         }
     }
-    // Orphans of the parent's I/O.
+    // Orphans of the parent's I/O. (The slot allocator alone, here and above: what the
+    // tiers keep is the parent's until the remote tier is let go of below.)
     for (s, _) in e.cache.drain() {
         e.slots.clear_cache(s);
     }

@@ -200,7 +200,7 @@ fn drop_page(e: &Engine, r: &RegionInner, u: &mut UnitPages, p: u64) -> Option<u
         PageState::Swapped(s) => {
             if let Some(entry) = e.cache.orphan(s) {
                 // A clean copy: gone now.
-                e.slots.clear_cache(s);
+                e.tiers.clear_cache(e, s);
                 e.frames.free(&e.zapper, &[entry.frame]);
                 e.budget.uncharge(crate::budget::Gauge::Cached, 1);
             }

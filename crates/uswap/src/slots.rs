@@ -920,6 +920,13 @@ impl SlotAllocator {
 
     /// Clear `HAS_CACHE`; true if the slot became free.
     pub fn clear_cache(&self, slot: Slot) -> bool {
+        self.clear_cache_with(slot, || ())
+    }
+
+    /// [`clear_cache`](Self::clear_cache); `on_free` runs when the slot became free,
+    /// under its cluster's lock, so before anyone can be handed it again (what was kept
+    /// for the old copy goes before a new copy can be kept).
+    pub fn clear_cache_with(&self, slot: Slot, on_free: impl FnOnce()) -> bool {
         let Some((c, off)) = self.inner.locate(slot) else {
             return false;
         };
@@ -938,6 +945,7 @@ impl SlotAllocator {
                 g.map[off] = v & !HAS_CACHE;
                 if g.map[off] == 0 {
                     g.used -= 1;
+                    on_free();
                     true
                 } else {
                     false
@@ -951,11 +959,23 @@ impl SlotAllocator {
     /// A put on a slot whose count is already 0 is a caller bug: it debug-asserts,
     /// and in release is ignored and counted in [`double_frees`](Self::double_frees).
     pub fn put(&self, slot: Slot) -> bool {
+        self.put_with(slot, || ())
+    }
+
+    /// [`put`](Self::put); `on_free` runs when the slot became free, under its
+    /// cluster's lock (as in [`clear_cache_with`](Self::clear_cache_with)).
+    pub fn put_with(&self, slot: Slot, on_free: impl FnOnce()) -> bool {
         let Some((c, off)) = self.inner.locate(slot) else {
             return false;
         };
         self.inner
-            .with_cluster(c, |g| self.inner.put_locked(g, off))
+            .with_cluster(c, |g| {
+                let freed = self.inner.put_locked(g, off);
+                if freed {
+                    on_free();
+                }
+                freed
+            })
             .unwrap_or(false)
     }
 
@@ -1238,6 +1258,48 @@ mod tests {
         assert!(a.put(s));
         assert_eq!(a.used(), 0);
         assert_eq!(a.double_frees(), 0);
+    }
+
+    /// What is kept for a slot goes exactly when the slot becomes free, whichever of its
+    /// last put and its cache bit goes last, and before the slot can be handed out again
+    /// (the callback runs under the cluster lock that allocation takes).
+    #[test]
+    fn on_free_runs_once_when_the_slot_becomes_free() {
+        let a = SlotAllocator::new(512, AllocPolicy::Ssd);
+        let mut cur = a.cursor();
+        let calls = std::cell::Cell::new(0);
+        let seen_used = std::cell::Cell::new(u64::MAX);
+        let on_free = || {
+            calls.set(calls.get() + 1);
+            // Still one used slot for every other thread: not yet free to take.
+            seen_used.set(
+                a.inner
+                    .cluster(0)
+                    .map_or(0, |c| c.used_hint.load(Ordering::Relaxed) as u64),
+            );
+        };
+        // Put first while cached: the cache bit's clearing frees it.
+        let s = alloc_vec(&a, &mut cur, 1)[0];
+        a.set_cache(s);
+        assert!(!a.put_with(s, on_free));
+        assert_eq!(calls.get(), 0, "freed while the cache still holds it");
+        assert!(a.clear_cache_with(s, on_free));
+        assert_eq!(calls.get(), 1);
+        assert_eq!(seen_used.get(), 1, "ran after the slot was handed back");
+        // Cache bit first: the put frees it.
+        let s = alloc_vec(&a, &mut cur, 1)[0];
+        a.set_cache(s);
+        assert!(!a.clear_cache_with(s, on_free));
+        assert_eq!(calls.get(), 1);
+        assert!(a.put_with(s, on_free));
+        assert_eq!(calls.get(), 2);
+        // Two references: only the last.
+        let s = alloc_vec(&a, &mut cur, 1)[0];
+        a.dup(s);
+        assert!(!a.put_with(s, on_free));
+        assert!(a.put_with(s, on_free));
+        assert_eq!(calls.get(), 3);
+        assert_eq!(a.used(), 0);
     }
 
     #[cfg(debug_assertions)]

@@ -286,7 +286,7 @@ fn drop_unread(e: &Engine, r: &RegionInner, u: &mut UnitPages, unread: &[(u64, S
             continue;
         }
         e.cache.remove(slot);
-        e.slots.clear_cache(slot);
+        e.tiers.clear_cache(e, slot);
         if last {
             freed.push(frame);
         } else {
@@ -368,7 +368,7 @@ pub(crate) fn complete_write(e: &Engine, ctx: &mut ThreadCtx, mut op: Op, res: i
                             en.write,
                         )
                     } else {
-                        e.slots.clear_cache(slot);
+                        e.tiers.clear_cache(e, slot);
                         lose_copy(e, &r, &mut u, page, slot, en.frame);
                     }
                 }
@@ -383,7 +383,7 @@ pub(crate) fn complete_write(e: &Engine, ctx: &mut ThreadCtx, mut op: Op, res: i
         let Some(en) = e.cache.remove(slot) else {
             continue;
         };
-        e.slots.clear_cache(slot);
+        e.tiers.clear_cache(e, slot);
         if res == -libc::EIO || res >= 0 {
             e.slots.mark_bad(slot);
         }

@@ -371,7 +371,7 @@ pub(crate) fn map_copies(
                 e.frames.free(&e.zapper, &[frame]);
                 e.budget.transfer(Gauge::Cached, Gauge::Resident, 1);
             } else if if_unmapped == IfUnmapped::Drop {
-                e.slots.clear_cache(s);
+                e.tiers.clear_cache(e, s);
                 e.frames.free(&e.zapper, &[frame]);
                 e.budget.uncharge(Gauge::Cached, 1);
             } else {
@@ -408,7 +408,7 @@ pub(crate) fn mark_mapped(
     s: Slot,
     dirty: bool,
 ) {
-    e.slots.clear_cache(s);
+    e.tiers.clear_cache(e, s);
     let slot = if dirty {
         stale_slot_of(e, r, s)
     } else {

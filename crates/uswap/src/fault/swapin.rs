@@ -322,7 +322,7 @@ pub(crate) fn verify_read(
 /// reference go; whoever waited on the page faults again.
 pub(crate) fn drop_entry(e: &Engine, r: &RegionInner, page: u64, slot: Slot) {
     if let Some(en) = e.cache.remove(slot) {
-        e.slots.clear_cache(slot);
+        e.tiers.clear_cache(e, slot);
         e.frames.free(&e.zapper, &[en.frame]);
         e.budget.uncharge(Gauge::Cached, 1);
         if en.waiters && !r.is_dead() {

@@ -213,7 +213,7 @@ fn trim_unit(
         let Some(en) = e.cache.remove_clean(c.slot) else {
             continue;
         };
-        e.slots.clear_cache(c.slot);
+        e.tiers.clear_cache(e, c.slot);
         frames.push(en.frame);
         freed += 1;
     }

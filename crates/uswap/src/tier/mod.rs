@@ -415,11 +415,36 @@ impl Tiers {
             e.slots.put(s);
             return;
         }
-        if e.slots.put(s) {
-            self.meta.clear(s);
-            if let Some(r) = &self.remote {
-                r.release(&[s]);
-            }
+        e.slots.put_with(s, || self.forget(s));
+    }
+
+    /// The swap cache lets go of `s` (`SlotAllocator::clear_cache`); when that was its
+    /// last user, what the tiers keep for it goes too, as in `release`.
+    pub(crate) fn clear_cache(&self, e: &Engine, s: Slot) {
+        if s < self.file().base() {
+            // An inherited file's slot: nothing of this process's is kept for it.
+            e.slots.clear_cache(s);
+        } else {
+            e.slots.clear_cache_with(s, || self.forget(s));
+        }
+    }
+
+    /// Drop one of the references a forked child held on `s` (the child is gone).
+    pub(crate) fn put_child_ref(&self, e: &Engine, s: Slot) {
+        if s < self.file().base() {
+            e.slots.put(s);
+        } else {
+            e.slots.put_with(s, || self.forget(s));
+        }
+    }
+
+    /// `s` became free: its metadata and its remote value go. Called under the slot's
+    /// cluster lock, so before `s` can be handed out again: done after, it wiped what
+    /// the slot's next user had just stored (its checksum, its remote value).
+    fn forget(&self, s: Slot) {
+        self.meta.clear(s);
+        if let Some(r) = &self.remote {
+            r.release(&[s]);
         }
     }
 }
