@@ -73,20 +73,30 @@ pub(super) fn swap_in(
 /// A page's copy was found in the swap cache: counted, and, as the kernel's
 /// lookup_swap_cache does, a hit also moves the readahead stream's position.
 fn cache_hit(e: &Engine, r: &RegionInner, page: u64, en: &Entry) {
-    r.counters.swapcache_hit.fetch_add(1, Relaxed);
-    if en.readahead {
-        r.counters.swap_ra_hit.fetch_add(1, Relaxed);
-    } else {
-        crate::reclaim::note_refault(e, r, 1);
+    cache_hits(e, r, page, 1, en.readahead as u32);
+}
+
+/// `n` pages up to `last` found in the swap cache at once, `read_ahead` of them
+/// brought in by readahead (`cache_hit`, with one lock of the readahead state).
+fn cache_hits(e: &Engine, r: &RegionInner, last: u64, n: u32, read_ahead: u32) {
+    r.counters.swapcache_hit.fetch_add(n as u64, Relaxed);
+    r.counters.swap_ra_hit.fetch_add(read_ahead as u64, Relaxed);
+    if n > read_ahead {
+        crate::reclaim::note_refault(e, r, (n - read_ahead) as u64);
     }
     match r.policy.readahead {
         ReadaheadPolicy::Vma => {
-            r.ra.lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .vma
-                .cache_hit(page, en.readahead)
+            let mut ra = r.ra.lock().unwrap_or_else(|p| p.into_inner());
+            ra.vma.cache_hit(last, false);
+            for _ in 0..read_ahead {
+                ra.vma.hit();
+            }
         }
-        ReadaheadPolicy::Cluster if en.readahead => e.cluster_ra.hit(),
+        ReadaheadPolicy::Cluster => {
+            for _ in 0..read_ahead {
+                e.cluster_ra.hit();
+            }
+        }
         _ => {}
     }
 }
@@ -114,6 +124,7 @@ fn fault_around(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64) {
     }
     let end = ((page / UNIT_PAGES as u64 + 1) * UNIT_PAGES as u64).min(page + 1 + win as u64);
     let mut copies: Vec<(Slot, usize)> = Vec::new();
+    let mut read_ahead = 0;
     let mut q = page + 1;
     while q < end.min(r.pages()) {
         let PageState::Swapped(s) = u.get(q as usize % UNIT_PAGES) else {
@@ -122,11 +133,12 @@ fn fault_around(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64) {
         let Some(en) = e.cache.remove_clean(s) else {
             break;
         };
-        cache_hit(e, r, q, &en);
+        read_ahead += en.readahead as u32;
         copies.push((s, en.frame));
         q += 1;
     }
     if !copies.is_empty() {
+        cache_hits(e, r, q - 1, copies.len() as u32, read_ahead);
         r.counters
             .fault_around
             .fetch_add(copies.len() as u64, Relaxed);
