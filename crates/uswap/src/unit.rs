@@ -164,7 +164,10 @@ pub(crate) fn swap_in_unit(
         r.counters.minflt.fetch_add(1, Relaxed);
         r.counters.swapcache_hit.fetch_add(1, Relaxed);
         if !u.prefetched {
-            crate::reclaim::note_refault(e, r, UNIT_PAGES as u64);
+            // One event, not 512 pages: a stream catching up with a unit evicted
+            // before it was done with it (a loaded machine) is not a working set that
+            // does not fit, and weighed as 512 it turned evicting ahead off for streams.
+            crate::reclaim::note_refault(e, r, 1);
         }
         unit_ra_hit(r, u);
         map_unit(e, r, u, first, &copies, write, IfUnmapped::Cache);

@@ -22,6 +22,15 @@ fn evict_ahead_pages(e: &Engine) -> i64 {
     (e.budget.limit_pages() / 2).min(1 << 18)
 }
 
+/// Evictions over which refaults are judged: a quarter of the budget, at least 4,096
+/// pages. (A fixed 4,096 is 8 units of 2 MiB: on a loaded machine one or two units of a
+/// stream evicted before the stream was done with them, a whole unit of refaults each,
+/// turned evicting ahead off for a write stream at a 256 MiB budget, and it then faulted
+/// on the unit it was writing, as before the margin.)
+fn refault_window(e: &Engine) -> u64 {
+    ((e.budget.limit_pages() / 4).max(0) as u64).max(super::lists::REFAULT_WINDOW)
+}
+
 /// Whether reclaim may evict one more unit ahead of need: the margin is not used up
 /// by writes in flight (every evicting thread's, as they go: two threads that each
 /// sized their batch at the start evicted the whole resident set between them, the
@@ -30,7 +39,7 @@ fn evict_ahead_pages(e: &Engine) -> i64 {
 /// MiB budget evicted 420k pages ahead, 300k of them faulted back from the cache, 43 s;
 /// not ahead while they do, 27 s; streams and pmbench unchanged, 2026-11-23).
 fn may_evict_ahead(e: &Engine) -> bool {
-    !e.lists.refaults.thrashing()
+    !e.lists.refaults.thrashing(refault_window(e))
         && e.tiers.inflight.write_pages.load(Relaxed) < evict_ahead_pages(e)
         && e.budget.pages_in(Gauge::Resident) > e.budget.limit_pages() / 4
 }

@@ -46,8 +46,8 @@ pub(crate) struct Refaults {
     thrashing: AtomicBool,
 }
 
-/// Evictions per measurement window.
-const REFAULT_WINDOW: u64 = 4096;
+/// Evictions per measurement window, at least (`Refaults::thrashing`).
+pub(super) const REFAULT_WINDOW: u64 = 4096;
 
 impl Refaults {
     /// `n` pages left the region.
@@ -55,13 +55,13 @@ impl Refaults {
         self.evicted.fetch_add(n, Relaxed);
     }
 
-    /// Whether evicted pages came back often in the last window: over one in eight
-    /// turns it on, under one in thirty-two off again (hysteresis: with evicting ahead
-    /// off, fewer copies wait in the cache to be found).
-    pub(super) fn thrashing(&self) -> bool {
+    /// Whether evicted pages came back often in the last window of `window` evictions:
+    /// over one in eight turns it on, under one in thirty-two off again (hysteresis:
+    /// with evicting ahead off, fewer copies wait in the cache to be found).
+    pub(super) fn thrashing(&self, window: u64) -> bool {
         let evicted = self.evicted.load(Relaxed);
         if let Ok(mut w) = self.window.try_lock() {
-            if evicted - w.0 >= REFAULT_WINDOW {
+            if evicted - w.0 >= window {
                 let refaulted = self.refaulted.load(Relaxed);
                 let (de, dr) = (evicted - w.0, refaulted.saturating_sub(w.1));
                 if dr * 8 > de {
@@ -227,13 +227,13 @@ mod tests {
     fn window(r: &Refaults, evicted: u64, refaulted: u64) -> bool {
         r.evicted(evicted);
         r.refaulted.fetch_add(refaulted, Relaxed);
-        r.thrashing()
+        r.thrashing(REFAULT_WINDOW)
     }
 
     #[test]
     fn refaults_turn_thrashing_on_and_off_with_hysteresis() {
         let r = Refaults::default();
-        assert!(!r.thrashing(), "starts off");
+        assert!(!r.thrashing(REFAULT_WINDOW), "starts off");
         // Not a whole window yet: no verdict, however many came back.
         assert!(!window(&r, REFAULT_WINDOW - 1, REFAULT_WINDOW));
         assert!(window(&r, 1, 0), "over 1 in 8 came back: on");
