@@ -287,9 +287,32 @@ fn primary_and_replica_killed_lose_exactly_their_values() {
     eprintln!("{c:?}");
     assert_eq!(c.lost, doomed.len() as u64, "{c:?}");
     assert_eq!(c.corrupt, 0);
-    // close deletes what is left (the dead shard's keys are already gone)
-    drop(store);
-    assert_eq!(cluster.total_keys(), 0);
+    // close deletes what is left (the dead shard's keys are already gone). Its time is
+    // bounded (retry_for + op_timeout: a dead cluster must not hold the exit); on a loaded
+    // machine, with the cluster just repaired, some deletes may not make it (seen once in
+    // CI: 4 of 48 groups). Then close says so, and what it left expires by its TTL: nothing
+    // stays for good.
+    match store.close() {
+        Ok(_) => assert_eq!(cluster.total_keys(), 0),
+        Err(err) => {
+            eprintln!("close: {err}");
+            assert!(
+                err.to_string().contains("not deleted at close"),
+                "close failed otherwise: {err}"
+            );
+            for port in cluster.live_ports() {
+                let keys = cluster.cli(port, &["--scan", "--pattern", "uswap:*"]);
+                for key in keys.lines().map(str::trim).filter(|k| !k.is_empty()) {
+                    let ttl: i64 = cluster
+                        .cli(port, &["PTTL", key])
+                        .trim()
+                        .parse()
+                        .unwrap_or(-1);
+                    assert!(ttl != -1, "{key} on {port} left without an expiry");
+                }
+            }
+        }
+    }
 }
 
 /// Why writes wait for a replica: the same failover with `replicas_to_wait` 0 loses writes
