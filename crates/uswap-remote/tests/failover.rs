@@ -14,8 +14,17 @@ const DEADLINE: Duration = Duration::from_secs(150);
 const BATCH: u64 = 64; // ids per batch: 8 batches per group, one group per batch
 const PAGE: usize = 4096;
 
+/// One failover at a time: three clusters of six servers killing and repairing nodes at
+/// once on 2 vCPUs starved the store's bounded close (38 of 48 group keys left in CI).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 #[test]
 fn primary_killed_mid_run_loses_no_acknowledged_write() {
+    let _serial = one_at_a_time();
     let cluster = Cluster::start(21300, DEADLINE);
     let mut cfg = cluster.config();
     cfg.retry_for = Duration::from_secs(20);
@@ -173,6 +182,7 @@ fn primary_killed_mid_run_loses_no_acknowledged_write() {
 
 #[test]
 fn primary_and_replica_killed_lose_exactly_their_values() {
+    let _serial = one_at_a_time();
     let cluster = Cluster::start(21320, DEADLINE);
     let mut cfg = cluster.config();
     cfg.retry_for = Duration::from_secs(3);
@@ -320,6 +330,7 @@ fn primary_and_replica_killed_lose_exactly_their_values() {
 /// for a replica never acknowledged them in the first place.
 #[test]
 fn without_wait_acknowledged_writes_are_lost_in_a_failover() {
+    let _serial = one_at_a_time();
     let cluster = Cluster::start(21340, DEADLINE);
     let mut cfg = cluster.config();
     cfg.wait_timeout = Duration::from_millis(500);
