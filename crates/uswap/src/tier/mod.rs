@@ -421,20 +421,19 @@ impl Tiers {
     /// The swap cache lets go of `s` (`SlotAllocator::clear_cache`); when that was its
     /// last user, what the tiers keep for it goes too, as in `release`.
     pub(crate) fn clear_cache(&self, e: &Engine, s: Slot) {
-        if s < self.file().base() {
-            // An inherited file's slot: nothing of this process's is kept for it.
-            e.slots.clear_cache(s);
-        } else {
-            e.slots.clear_cache_with(s, || self.forget(s));
-        }
+        e.slots.clear_cache_with(s, || self.forget_own(s));
     }
 
     /// Drop one of the references a forked child held on `s` (the child is gone).
     pub(crate) fn put_child_ref(&self, e: &Engine, s: Slot) {
-        if s < self.file().base() {
-            e.slots.put(s);
-        } else {
-            e.slots.put_with(s, || self.forget(s));
+        e.slots.put_with(s, || self.forget_own(s));
+    }
+
+    /// `forget`, for a slot of this process's own file (an inherited file's slot has
+    /// nothing of this process's kept for it).
+    fn forget_own(&self, s: Slot) {
+        if s >= self.file().base() {
+            self.forget(s);
         }
     }
 
