@@ -25,6 +25,7 @@ pub(crate) struct Counters {
     pub timeouts: AtomicU64,
     pub reconnects: AtomicU64,
     pub deletes: AtomicU64,
+    pub delete_requests: AtomicU64,
     pub delete_errors: AtomicU64,
     pub ttl_refreshes: AtomicU64,
     pub ttl_refresh_errors: AtomicU64,
@@ -115,6 +116,8 @@ pub struct RemoteCounters {
     pub reconnects: u64,
     /// Ids deleted.
     pub deletes: u64,
+    /// `HDEL` requests that carried them (deletes queue and go out a group at a time).
+    pub delete_requests: u64,
     /// Delete requests that failed (their keys expire with the TTL).
     pub delete_errors: u64,
     /// Group keys whose TTL was refreshed.
@@ -150,6 +153,7 @@ impl Counters {
             timeouts: l(&self.timeouts),
             reconnects: l(&self.reconnects),
             deletes: l(&self.deletes),
+            delete_requests: l(&self.delete_requests),
             delete_errors: l(&self.delete_errors),
             ttl_refreshes: l(&self.ttl_refreshes),
             ttl_refresh_errors: l(&self.ttl_refresh_errors),

@@ -86,6 +86,21 @@ struct Shared {
     slot_replicas: Mutex<Arc<Vec<u8>>>,
     closed: AtomicBool,
     in_flight: AtomicUsize,
+    /// guarded: fields waiting to be deleted (see [`Deletes`])
+    deletes: Mutex<Deletes>,
+}
+
+/// Fields waiting for their `HDEL`, per group. The engine frees slots one at a time (a
+/// rewritten page frees its stale slot at once): a request per slot queued 262,144 one-field
+/// `HDEL`s on one connection in a swap-w-seq run; each waited past `op_timeout`, was retried,
+/// and the retries (1.4 M) took the connection from everything else, with the process's
+/// memory growing to 1.6 GiB on a 256 MiB budget. Queued here instead, they go out as one
+/// `HDEL` per group per round, from one task at a time, while the next round gathers.
+#[derive(Default)]
+struct Deletes {
+    groups: BTreeMap<u64, Vec<String>>,
+    /// a task is sending them (it takes every round until the queue is empty)
+    draining: bool,
 }
 
 /// The value argument of an `HSET`: header and payload written straight into the command
@@ -404,6 +419,9 @@ impl Shared {
                 .arg(self.replicas_to_wait)
                 .arg(self.cfg.wait_timeout.as_millis() as u64);
         }
+        // the pipeline holds the values now: the payloads go (half the memory in flight)
+        let bytes: usize = items.iter().map(|(_, _, p)| p.len()).sum();
+        let items: Vec<(u64, u64)> = items.into_iter().map(|(id, g, _)| (id, g)).collect();
         let mut result = self
             .run(
                 self.write_conn(group),
@@ -430,7 +448,7 @@ impl Shared {
         let mut garbage = Vec::new();
         {
             let mut live = self.live.lock().expect("live set");
-            for (id, generation, _) in &items {
+            for (id, generation) in &items {
                 if result.is_ok() {
                     if let Some(old) = live.acknowledged(*id, *generation) {
                         garbage.push(field(*id, old));
@@ -443,30 +461,63 @@ impl Shared {
             }
         }
         if result.is_ok() {
-            let bytes: usize = items.iter().map(|(_, _, p)| p.len()).sum();
             Counters::add(&self.counters.writes, items.len() as u64);
             Counters::add(&self.counters.bytes_out, bytes as u64);
         }
         if !garbage.is_empty() {
-            self.spawn_hdel(key, garbage);
+            self.queue_hdel([(group, garbage)]);
         }
         result.map(|_| ())
     }
 
-    /// Deletes fields of one group in the background (errors counted; the TTL is the backstop).
-    fn spawn_hdel(self: &Arc<Self>, key: String, fields: Vec<String>) {
-        let shared = self.clone();
-        let Some(guard) = InFlight::enter(self) else {
+    /// Queues fields for deletion in the background (errors counted; the TTL is the
+    /// backstop); starts the task that sends them unless one runs.
+    fn queue_hdel(self: &Arc<Self>, fields: impl IntoIterator<Item = (u64, Vec<String>)>) {
+        let mut q = self.deletes.lock().expect("deletes");
+        for (group, mut f) in fields {
+            q.groups.entry(group).or_default().append(&mut f);
+        }
+        if q.draining || q.groups.is_empty() {
             return;
+        }
+        // counted in flight while it runs: `quiesce` waits for the deletes
+        let Some(guard) = InFlight::enter(self) else {
+            return; // closed: `close` unlinks the queued groups' keys
         };
+        q.draining = true;
+        let shared = self.clone();
         self.runtime.spawn(async move {
             let _guard = guard;
-            let mut pipe = redis::pipe();
-            pipe.cmd("HDEL").arg(&key).arg(&fields);
-            if shared.run(&shared.background, &pipe, None).await.is_err() {
-                Counters::add(&shared.counters.delete_errors, 1);
-            }
+            shared.drain_deletes().await;
         });
+    }
+
+    /// Sends queued deletes, a round at a time, until none is left or the store closes.
+    async fn drain_deletes(&self) {
+        loop {
+            let round = {
+                let mut q = self.deletes.lock().expect("deletes");
+                if q.groups.is_empty() || self.closed.load(Ordering::SeqCst) {
+                    q.draining = false;
+                    return;
+                }
+                std::mem::take(&mut q.groups)
+            };
+            stream::iter(round)
+                .map(|(group, fields)| async move {
+                    let mut pipe = redis::pipe();
+                    pipe.cmd("HDEL")
+                        .arg(self.prefix.group_key(group))
+                        .arg(&fields);
+                    Counters::add(&self.counters.delete_requests, 1);
+                    if self.run(&self.background, &pipe, None).await.is_err() {
+                        Counters::add(&self.counters.delete_errors, 1);
+                    }
+                })
+                .buffer_unordered(BACKGROUND_CONCURRENCY)
+                .collect::<Vec<()>>()
+                .await;
+        }
     }
 
     /// Reads several ids: one `HMGET` per group, all groups at once; one result per id, in order.
@@ -578,9 +629,7 @@ impl Shared {
         }
         let n: usize = by_group.values().map(Vec::len).sum();
         Counters::add(&self.counters.deletes, n as u64);
-        for (group, fields) in by_group {
-            self.spawn_hdel(self.prefix.group_key(group), fields);
-        }
+        self.queue_hdel(by_group);
     }
 
     /// Sets the TTL of every group holding a live id again.
@@ -765,7 +814,14 @@ impl RemoteStore {
             task.abort();
         }
         self.quiesce(shared.cfg.retry_for + shared.cfg.op_timeout);
-        let groups = shared.live.lock().expect("live set").drain_groups();
+        // every group whose key may exist: live ones, and ones whose last fields wait in the
+        // delete queue (their UNLINK replaces the HDEL)
+        let mut groups = shared.live.lock().expect("live set").drain_groups();
+        groups.extend(
+            std::mem::take(&mut shared.deletes.lock().expect("deletes").groups).into_keys(),
+        );
+        groups.sort_unstable();
+        groups.dedup();
         // one UNLINK per group, 64 at a time; the whole close bounded by retry_for + op_timeout
         // (a dead cluster must not hold the exit: the TTL removes what is left)
         let deleted = std::sync::atomic::AtomicU64::new(0);
@@ -1007,6 +1063,7 @@ async fn connect_shared(
         slot_replicas: Mutex::new(Arc::new(layout.slot_replicas)),
         closed: AtomicBool::new(false),
         in_flight: AtomicUsize::new(0),
+        deletes: Mutex::new(Deletes::default()),
     })
 }
 

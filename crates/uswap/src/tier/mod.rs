@@ -372,9 +372,9 @@ impl Tiers {
                 .write_pages
                 .fetch_add(op.budget_pages(), Relaxed);
         }
-        if self.remote.is_some() {
+        if let Some(remote) = &self.remote {
             match ctx.remote.as_mut() {
-                Some(rc) => rc.submit(&e.frames, op),
+                Some(rc) => rc.submit(remote, &e.frames, op),
                 // No connection on this thread (a forked child): the request fails.
                 None => ctx.failed.push((op, -libc::EIO)),
             }
@@ -443,7 +443,7 @@ impl Tiers {
     fn forget(&self, s: Slot) {
         self.meta.clear(s);
         if let Some(r) = &self.remote {
-            r.release(&[s]);
+            r.release(s);
         }
     }
 }
