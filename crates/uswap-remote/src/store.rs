@@ -505,6 +505,15 @@ impl Shared {
             };
             stream::iter(round)
                 .map(|(group, fields)| async move {
+                    // once the store closes, what is left goes back to the queue, whose
+                    // groups `close` unlinks
+                    let requeue = |fields: Vec<String>| {
+                        let mut q = self.deletes.lock().expect("deletes");
+                        q.groups.entry(group).or_default().extend(fields);
+                    };
+                    if self.closed.load(Ordering::SeqCst) {
+                        return requeue(fields);
+                    }
                     let mut pipe = redis::pipe();
                     pipe.cmd("HDEL")
                         .arg(self.prefix.group_key(group))
@@ -512,6 +521,9 @@ impl Shared {
                     Counters::add(&self.counters.delete_requests, 1);
                     if self.run(&self.background, &pipe, None).await.is_err() {
                         Counters::add(&self.counters.delete_errors, 1);
+                        if self.closed.load(Ordering::SeqCst) {
+                            requeue(fields);
+                        }
                     }
                 })
                 .buffer_unordered(BACKGROUND_CONCURRENCY)

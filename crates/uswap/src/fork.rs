@@ -297,6 +297,11 @@ fn child(e: &Arc<Engine>) {
     if let Err(err) = e.frames.register(&e.uffd) {
         eprintln!("uswap: after fork: cannot register the swap cache's frames: {err}");
     }
+    // The remote tier first: the slots released below must not reach the parent's
+    // connections (their threads do not exist here).
+    if let Some(r) = &e.tiers.remote {
+        r.fork_child();
+    }
     // Regions: registered again; the parent's I/O does not land here, so every
     // cache copy goes (a page whose write was in flight comes back from its frame).
     let mut resident_back = 0i64;
@@ -407,9 +412,6 @@ fn child(e: &Arc<Engine>) {
         }
     }
     e.tiers.inflight_reset();
-    if let Some(r) = &e.tiers.remote {
-        r.fork_child();
-    }
     e.threads.forget_after_fork();
     f.active.store(0, SeqCst);
     f.pending.store(false, SeqCst);

@@ -475,8 +475,8 @@ pub(crate) fn process_cqes(e: &Engine, ctx: &mut ThreadCtx, cqes: &[(u64, i32)])
             TOKEN_TIMEOUT => {}
             crate::ring::TOKEN_REMOTE => {
                 let mut done = Vec::new();
-                if let Some(r) = ctx.remote.as_mut() {
-                    r.drain(&e.frames, &mut done);
+                if let (Some(r), Some(remote)) = (ctx.remote.as_mut(), &e.tiers.remote) {
+                    r.drain(remote, &e.frames, &mut done);
                     let fd = std::os::fd::AsRawFd::as_raw_fd(&r.event);
                     ctx.ring.poll(fd, crate::ring::TOKEN_REMOTE);
                 }

@@ -174,11 +174,17 @@ pub(crate) struct RemoteCtx {
     /// Wakes the thread on completions (polled in its ring).
     pub(crate) event: OwnedFd,
     ops: HashMap<u64, Pending>,
-    /// A read's value token → its request's token, and for each page the value fills:
-    /// (the page's index in the request, the page's index in the value).
-    pages: HashMap<u64, (u64, Vec<(usize, usize)>)>,
+    /// A read's value token → its request's token, and the value it asked for.
+    pages: HashMap<u64, (u64, Wanted)>,
     next: u64,
     done: Vec<Completion>,
+}
+
+/// A value a read asked for: its length (a page's, or a whole unit's), and for each
+/// page it fills, (the page's index in the request, the page's index in the value).
+struct Wanted {
+    len: usize,
+    pages: Vec<(usize, usize)>,
 }
 
 /// One request: writes complete with one completion, reads with one per value.
@@ -186,6 +192,8 @@ struct Pending {
     op: Op,
     left: usize,
     failed: bool,
+    /// A whole unit written as one value.
+    unit_value: bool,
 }
 
 impl RemoteCtx {
@@ -241,37 +249,49 @@ impl RemoteCtx {
                         op,
                         left: 1,
                         failed: false,
+                        unit_value: whole,
                     },
                 );
             }
             OpKind::Read => {
-                // one request per value: a page's own, or its unit's (read whole once)
-                let mut values: Vec<(u64, Vec<(usize, usize)>)> = Vec::new();
+                // one request per value: a page's own, or its unit's (read whole, once
+                // per request however its pages interleave with others')
+                let mut values: Vec<(u64, Wanted)> = Vec::new();
+                let mut unit_at: HashMap<Slot, usize> = HashMap::new();
                 {
                     let units = remote.units();
                     for k in 0..n {
                         let s = op.slot + k as u64;
-                        match units.holder(s) {
-                            Some(head) => {
-                                let at = (s - head) as usize;
-                                match values.last_mut() {
-                                    Some((id, pages)) if *id == UNIT_ID | head => {
-                                        pages.push((k, at))
-                                    }
-                                    _ => values.push((UNIT_ID | head, vec![(k, at)])),
-                                }
-                            }
-                            None => values.push((s, vec![(k, 0)])),
-                        }
+                        let Some(head) = units.holder(s) else {
+                            values.push((
+                                s,
+                                Wanted {
+                                    len: PAGE_SIZE,
+                                    pages: vec![(k, 0)],
+                                },
+                            ));
+                            continue;
+                        };
+                        let v = *unit_at.entry(head).or_insert_with(|| {
+                            values.push((
+                                UNIT_ID | head,
+                                Wanted {
+                                    len: UNIT_PAGES * PAGE_SIZE,
+                                    pages: Vec::new(),
+                                },
+                            ));
+                            values.len() - 1
+                        });
+                        values[v].1.pages.push((k, (s - head) as usize));
                     }
                 }
                 let left = values.len();
                 let reqs = values
                     .into_iter()
                     .enumerate()
-                    .map(|(v, (id, pages))| {
+                    .map(|(v, (id, wanted))| {
                         let t = token + 1 + v as u64;
-                        self.pages.insert(t, (token, pages));
+                        self.pages.insert(t, (token, wanted));
                         (t, id)
                     })
                     .collect();
@@ -282,6 +302,7 @@ impl RemoteCtx {
                         op,
                         left,
                         failed: false,
+                        unit_value: false,
                     },
                 );
             }
@@ -292,25 +313,27 @@ impl RemoteCtx {
     /// count fails (-EIO: written elsewhere, or kept); a read completes whole, and a
     /// page that did not come back keeps its frame's zeros, fails its checksum, and is
     /// read again, then poisoned (the other pages of the request are good).
-    pub(crate) fn drain(&mut self, frames: &crate::frames::Frames, out: &mut Vec<(Op, i32)>) {
+    pub(crate) fn drain(
+        &mut self,
+        remote: &Remote,
+        frames: &crate::frames::Frames,
+        out: &mut Vec<(Op, i32)>,
+    ) {
         crate::sys::mem::drain_eventfd(std::os::fd::AsRawFd::as_raw_fd(&self.event));
         self.done.clear();
         self.client.poll_completions(&mut self.done);
         for c in self.done.drain(..) {
-            let (base, pages) = match self.pages.remove(&c.token) {
-                Some((b, pages)) => (b, Some(pages)),
+            let (base, wanted) = match self.pages.remove(&c.token) {
+                Some((b, wanted)) => (b, Some(wanted)),
                 None => (c.token, None),
             };
             let Some(p) = self.ops.get_mut(&base) else {
                 continue;
             };
-            match (&c.result, pages) {
+            match (&c.result, wanted) {
                 // a page's own value, or its unit's (pages at their offsets)
-                (Ok(Some(bytes)), Some(pages))
-                    if bytes.len() == PAGE_SIZE
-                        || (bytes.len() == UNIT_PAGES * PAGE_SIZE && c.token != base) =>
-                {
-                    for (k, at) in pages {
+                (Ok(Some(bytes)), Some(w)) if bytes.len() == w.len => {
+                    for (k, at) in w.pages {
                         let src = &bytes[at * PAGE_SIZE..(at + 1) * PAGE_SIZE];
                         frames.page_mut(p.op.frames[k]).copy_from_slice(src);
                     }
@@ -322,6 +345,11 @@ impl RemoteCtx {
             if p.left == 0 {
                 let p = self.ops.remove(&base).expect("just seen");
                 let res = if p.failed && p.op.kind == OpKind::Write {
+                    if p.unit_value {
+                        // not stored: a retry marks the slots again, and slots given
+                        // up on are never freed (they are bad)
+                        remote.units().live.remove(&p.op.slot);
+                    }
                     -libc::EIO
                 } else {
                     p.op.bytes() as i32
