@@ -28,11 +28,16 @@ const ALLOWANCE: u64 = 64 * MIB;
 /// `uswap run --budget B --stats=FILE [extra] -- prog args`: (output, stats lines).
 fn under_uswap(budget: &str, extra: &[&str], prog: &[&str]) -> (Output, Vec<Value>) {
     let lib = preload();
+    // one file per call: tests run in parallel, and two running the same program (`sh`)
+    // shared a file (one `uswap run` started it afresh while the other's processes wrote)
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let stats = tmpdir().join(format!(
-        "stats-{}-{}.jsonl",
+        "stats-{}-{}-{}.jsonl",
         std::process::id(),
+        CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         prog[0].rsplit('/').next().unwrap_or("p")
     ));
+    let _ = std::fs::remove_file(&stats);
     let mut cmd = Command::new(uswap_exe());
     cmd.env("USWAP_PRELOAD", lib)
         .args(["run", "--budget", budget])
