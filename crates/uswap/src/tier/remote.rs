@@ -6,8 +6,8 @@
 //! It is a back tier like the file: evicted pages go out in batches (one request
 //! per run of slots, every page its own value, so that a 4 KiB fault reads 4 KiB),
 //! and a fault reads its page. A whole 2 MiB unit of a `--unit 2m` region, which is
-//! swapped in whole, is one value (see [`Units`]). Requests never block an engine thread: each thread
-//! has a client whose completions wake it through an eventfd polled in its io_uring,
+//! swapped in whole, is one value (see [`Units`]). Requests never block an engine
+//! thread: each thread has a client whose completions wake it through an eventfd polled in its io_uring,
 //! and they come back through the same completion path as file I/O. A page whose
 //! value is gone (all copies lost, or the cluster unavailable past the retry bound)
 //! fails its read, is tried again, and is then poisoned: SIGBUS on that page only.
@@ -39,14 +39,6 @@ pub(crate) struct Remote {
 /// The store id of a whole-unit value (ids below are single pages' slots).
 const UNIT_ID: u64 = 1 << 62;
 
-/// Units stored as one value: by first slot (512-aligned), which of its slots still use
-/// it. A whole unit is one value because it goes out and comes back whole: one field
-/// of 2 MiB instead of 512 of 4 KiB is less work for the cluster and for us, per write,
-/// per read and per delete (remote-bench on a local 3+3 cluster: 572-684 MB/s of
-/// acknowledged 2 MiB values against 427-554 for the same bytes as 4 KiB values). Its
-/// slots are freed one at a time (a rewritten page frees its stale slot at once); the
-/// value goes with the last. A slot freed from a unit can be handed to another page and
-/// then holds a value of its own: membership is per slot, not per range.
 /// What freeing a slot frees on the cluster.
 enum Freed {
     /// The slot's own value.
@@ -57,6 +49,14 @@ enum Freed {
     Unit(Slot),
 }
 
+/// Units stored as one value: by first slot (512-aligned), which of its slots still use
+/// it. A whole unit is one value because it goes out and comes back whole: one field
+/// of 2 MiB instead of 512 of 4 KiB is less work for the cluster and for us, per write,
+/// per read and per delete (remote-bench on a local 3+3 cluster: 572-684 MB/s of
+/// acknowledged 2 MiB values against 427-554 for the same bytes as 4 KiB values). Its
+/// slots are freed one at a time (a rewritten page frees its stale slot at once); the
+/// value goes with the last. A slot freed from a unit can be handed to another page and
+/// then holds a value of its own: membership is per slot, not per range.
 #[derive(Default)]
 struct Units {
     live: HashMap<Slot, [u64; UNIT_PAGES / 64]>,
@@ -192,8 +192,15 @@ struct Pending {
     op: Op,
     left: usize,
     failed: bool,
-    /// A whole unit written as one value.
-    unit_value: bool,
+}
+
+/// Whether a write stores its pages as one unit value: a whole unit (its first slot
+/// 512-aligned) of a region whose units are swapped in whole.
+fn unit_value(op: &Op) -> bool {
+    op.kind == OpKind::Write
+        && op.region.policy.unit == UnitPolicy::Huge
+        && op.pages.len() == UNIT_PAGES
+        && op.slot.is_multiple_of(UNIT_PAGES as u64)
 }
 
 impl RemoteCtx {
@@ -222,10 +229,7 @@ impl RemoteCtx {
         let n = op.pages.len();
         match op.kind {
             OpKind::Write => {
-                let whole = op.region.policy.unit == UnitPolicy::Huge
-                    && n == UNIT_PAGES
-                    && op.slot.is_multiple_of(UNIT_PAGES as u64);
-                let items = if whole {
+                let items = if unit_value(&op) {
                     let mut unit = Vec::with_capacity(n * PAGE_SIZE);
                     for &f in &op.frames {
                         unit.extend_from_slice(frames.page(f));
@@ -249,7 +253,6 @@ impl RemoteCtx {
                         op,
                         left: 1,
                         failed: false,
-                        unit_value: whole,
                     },
                 );
             }
@@ -302,7 +305,6 @@ impl RemoteCtx {
                         op,
                         left,
                         failed: false,
-                        unit_value: false,
                     },
                 );
             }
@@ -345,7 +347,7 @@ impl RemoteCtx {
             if p.left == 0 {
                 let p = self.ops.remove(&base).expect("just seen");
                 let res = if p.failed && p.op.kind == OpKind::Write {
-                    if p.unit_value {
+                    if unit_value(&p.op) {
                         // not stored: a retry marks the slots again, and slots given
                         // up on are never freed (they are bad)
                         remote.units().live.remove(&p.op.slot);
