@@ -156,12 +156,13 @@ impl Report {
         let nodes = self.remote.as_deref()?;
         let run = |k: &str| self.counters.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
         Some(format!(
-            "{nodes}: writes {} ({}), reads {} ({}), retries {}, failovers {}, lost {}; \
-             read p50 {} us, p99 {} us",
+            "{nodes}: writes {} ({}), reads {} ({}; {} direct), retries {}, failovers {}, \
+             lost {}; read p50 {} us, p99 {} us",
             run("remote_writes"),
             uswap::format_size(run("remote_bytes_out")),
             run("remote_reads"),
             uswap::format_size(run("remote_bytes_in")),
+            run("remote_direct_reads"),
             run("remote_retries"),
             run("remote_failovers"),
             run("remote_lost"),

@@ -40,6 +40,11 @@ pub struct RemoteConfig {
     pub write_connections: usize,
     /// Worker threads of the store's runtime.
     pub runtime_threads: usize,
+    /// Let [`RemoteClient::direct`](crate::RemoteClient::direct) give engine threads reads
+    /// on connections of their own (one wake-up per read instead of two hand-offs through
+    /// the runtime; the runtime stays the fallback). Off: reads go through the runtime only.
+    /// Never with TLS.
+    pub direct_reads: bool,
 }
 
 impl Default for RemoteConfig {
@@ -57,6 +62,7 @@ impl Default for RemoteConfig {
             key_ttl: Duration::from_secs(15 * 60),
             write_connections: 2,
             runtime_threads: 2,
+            direct_reads: true,
         }
     }
 }
@@ -77,6 +83,7 @@ impl std::fmt::Debug for RemoteConfig {
             .field("key_ttl", &self.key_ttl)
             .field("write_connections", &self.write_connections)
             .field("runtime_threads", &self.runtime_threads)
+            .field("direct_reads", &self.direct_reads)
             .finish()
     }
 }

@@ -24,6 +24,8 @@ pub(crate) struct Counters {
     pub cluster_down: AtomicU64,
     pub timeouts: AtomicU64,
     pub reconnects: AtomicU64,
+    pub direct_reads: AtomicU64,
+    pub direct_handed_on: AtomicU64,
     pub deletes: AtomicU64,
     pub delete_requests: AtomicU64,
     pub delete_errors: AtomicU64,
@@ -114,6 +116,11 @@ pub struct RemoteCounters {
     pub timeouts: u64,
     /// Connections replaced after answering nothing twice in a row.
     pub reconnects: u64,
+    /// Values read by an engine thread on its own connection (`RemoteClient::direct`).
+    pub direct_reads: u64,
+    /// Reads the direct path handed to the store's async path (no route or connection
+    /// yet, a redirect or another error reply, a missing or damaged value, a timeout).
+    pub direct_handed_on: u64,
     /// Ids deleted.
     pub deletes: u64,
     /// `HDEL` requests that carried them (deletes queue and go out a group at a time).
@@ -152,6 +159,8 @@ impl Counters {
             cluster_down: l(&self.cluster_down),
             timeouts: l(&self.timeouts),
             reconnects: l(&self.reconnects),
+            direct_reads: l(&self.direct_reads),
+            direct_handed_on: l(&self.direct_handed_on),
             deletes: l(&self.deletes),
             delete_requests: l(&self.delete_requests),
             delete_errors: l(&self.delete_errors),

@@ -41,8 +41,9 @@ pub struct RemoteStore {
 
 /// A handle for one engine thread: requests go out without blocking, completions come back
 /// to its queue and wake its eventfd.
+#[derive(Clone)]
 pub struct RemoteClient {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     queue: Arc<CompletionQueue>,
 }
 
@@ -64,9 +65,9 @@ pub struct Location {
     pub field: String,
 }
 
-struct Shared {
-    cfg: RemoteConfig,
-    prefix: Prefix,
+pub(crate) struct Shared {
+    pub(crate) cfg: RemoteConfig,
+    pub(crate) prefix: Prefix,
     replicas_to_wait: u32,
     runtime: tokio::runtime::Handle,
     /// reads only, so a fault never waits behind a write's `WAIT`
@@ -76,15 +77,18 @@ struct Shared {
     /// deletes, TTL refresh, close
     background: Conn,
     /// guarded: live ids and their generations
-    live: Mutex<LiveSet>,
-    counters: Counters,
+    pub(crate) live: Mutex<LiveSet>,
+    pub(crate) counters: Counters,
     /// guarded: addresses that were primaries (a new one is a failover seen)
     primaries: Mutex<HashSet<String>>,
     /// guarded: healthy replicas per slot, from the last `CLUSTER NODES` (every
     /// `TOPOLOGY_PERIOD`): a write to a shard that cannot satisfy `WAIT` fails at once
     /// instead of holding a connection for `wait_timeout`
     slot_replicas: Mutex<Arc<Vec<u8>>>,
-    closed: AtomicBool,
+    /// guarded: which primary serves each slot (same source and period), for the engine
+    /// threads' own read connections ([`crate::direct`])
+    pub(crate) routes: Mutex<Arc<Routes>>,
+    pub(crate) closed: AtomicBool,
     in_flight: AtomicUsize,
     /// guarded: fields waiting to be deleted (see [`Deletes`])
     deletes: Mutex<Deletes>,
@@ -119,7 +123,7 @@ impl ToRedisArgs for Framed<'_> {
     }
 }
 
-fn field(id: u64, generation: u64) -> String {
+pub(crate) fn field(id: u64, generation: u64) -> String {
     format!("{}:{:x}", id % layout::GROUP_IDS, generation)
 }
 
@@ -191,6 +195,7 @@ impl Shared {
             }
         }
         *self.slot_replicas.lock().expect("topology") = Arc::new(layout.slot_replicas);
+        *self.routes.lock().expect("routes") = Arc::new(layout.routes);
     }
 
     /// Asks a random node for the layout (bounded by `op_timeout`, no retry: the next round
@@ -1009,6 +1014,27 @@ struct Layout {
     /// per slot: healthy replicas of its live primary; `NO_PRIMARY` when no live primary
     /// serves it (failover pending, or the shard is gone)
     slot_replicas: Vec<u8>,
+    /// per slot: its live primary's address
+    routes: Routes,
+}
+
+/// Which primary serves each cluster slot.
+#[derive(Debug, Default)]
+pub(crate) struct Routes {
+    /// per slot: an index into `nodes`, or `NO_NODE`
+    pub slot_node: Vec<u16>,
+    /// the primaries' addresses as the cluster gives them (`ip:port`)
+    pub nodes: Vec<String>,
+}
+
+pub(crate) const NO_NODE: u16 = u16::MAX;
+
+impl Routes {
+    /// The address of the primary serving `slot`.
+    pub fn primary(&self, slot: u16) -> Option<&str> {
+        let n = *self.slot_node.get(slot as usize)?;
+        self.nodes.get(n as usize).map(String::as_str)
+    }
 }
 
 const SLOTS: usize = 16384;
@@ -1073,6 +1099,7 @@ async fn connect_shared(
         counters: Counters::default(),
         primaries: Mutex::new(layout.primaries),
         slot_replicas: Mutex::new(Arc::new(layout.slot_replicas)),
+        routes: Mutex::new(Arc::new(layout.routes)),
         closed: AtomicBool::new(false),
         in_flight: AtomicUsize::new(0),
         deletes: Mutex::new(Deletes::default()),
@@ -1234,8 +1261,17 @@ fn parse_nodes(nodes: &str) -> Option<Layout> {
         return None;
     }
     let mut slot_replicas = vec![NO_PRIMARY; SLOTS];
+    let mut routes = Routes {
+        slot_node: vec![NO_NODE; SLOTS],
+        nodes: Vec::with_capacity(serving.len()),
+    };
     let mut min_replicas = u32::MAX;
     for p in &serving {
+        let node = routes.nodes.len() as u16;
+        routes.nodes.push(p.addr.clone());
+        for &(a, b) in &p.slots {
+            routes.slot_node[a..=b].fill(node);
+        }
         let replicas = parsed
             .iter()
             .filter(|r| !r.primary && !r.failed && r.primary_of == p.id)
@@ -1249,6 +1285,7 @@ fn parse_nodes(nodes: &str) -> Option<Layout> {
         primaries: serving.iter().map(|n| n.addr.clone()).collect(),
         min_replicas,
         slot_replicas,
+        routes,
     })
 }
 
@@ -1273,12 +1310,19 @@ b3 127.0.0.1:30005@40005 slave,fail a3 0 0 3 disconnected
         assert_eq!(layout.slot_replicas[0], 1);
         assert_eq!(layout.slot_replicas[10922], 1);
         assert_eq!(layout.slot_replicas[10923], 0);
+        assert_eq!(layout.routes.primary(0), Some("127.0.0.1:30000"));
+        assert_eq!(layout.routes.primary(10923), Some("127.0.0.1:30002"));
         let gone = nodes.replace(
             "myself,master - 0 0 1 connected 0-5460",
             "master,fail - 0 0 1 disconnected 0-5460",
         );
         let layout = parse_nodes(&gone).unwrap();
         assert_eq!(layout.slot_replicas[0], NO_PRIMARY);
+        assert_eq!(
+            layout.routes.primary(0),
+            None,
+            "no live primary serves slot 0"
+        );
         assert_eq!(layout.primaries.len(), 2);
         let healthy = nodes.replace(
             "slave,fail a3 0 0 3 disconnected",

@@ -7,7 +7,7 @@ use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
 use common::{page, Cluster};
-use uswap_remote::{Completion, RemoteConfig, RemoteError, RemoteStore};
+use uswap_remote::{Completion, DirectReads, RemoteClient, RemoteConfig, RemoteError, RemoteStore};
 
 const DEADLINE: Duration = Duration::from_secs(120);
 
@@ -44,6 +44,50 @@ fn collect(client: &uswap_remote::RemoteClient, n: usize) -> Vec<Completion> {
     }
     assert_eq!(done.len(), n, "no extra completions");
     done
+}
+
+/// Waits for `n` completions of direct reads (here, or handed on to the client's queue),
+/// polling the sockets the way an engine thread's ring would (at most 60 s).
+fn collect_direct(d: &mut DirectReads, client: &RemoteClient, n: usize) -> Vec<Completion> {
+    let mut done = Vec::new();
+    let end = std::time::Instant::now() + Duration::from_secs(60);
+    let mut tokens = Vec::new();
+    while done.len() < n {
+        assert!(
+            std::time::Instant::now() < end,
+            "only {} of {n} completions in 60 s",
+            done.len()
+        );
+        tokens.clear();
+        d.arm(|token, _fd| tokens.push(token));
+        for &t in &tokens {
+            d.readable(t);
+        }
+        d.expire();
+        d.poll_completions(&mut done);
+        client.wait_completions(&mut done, Duration::from_millis(1));
+    }
+    assert_eq!(done.len(), n, "no extra completions");
+    done
+}
+
+/// Direct reads of `ids` (tokens: their index), checked against `want`.
+fn direct_reads_exact(
+    d: &mut DirectReads,
+    client: &RemoteClient,
+    ids: &[u64],
+    want: impl Fn(u64) -> Result<Vec<u8>, RemoteError>,
+) {
+    d.get_batch(
+        ids.iter()
+            .enumerate()
+            .map(|(t, &id)| (t as u64, id))
+            .collect(),
+    );
+    for c in collect_direct(d, client, ids.len()) {
+        let id = ids[c.token as usize];
+        assert_eq!(c.result, want(id).map(Some), "id {id}");
+    }
 }
 
 #[test]
@@ -99,6 +143,46 @@ fn pages_and_units_read_back_exact() {
     store
         .put_batch_blocking(units.iter().map(|&id| (id, page(id, 2, 2 << 20))).collect())
         .expect("units written");
+
+    // direct reads (an engine thread's own connections), exact: the first requests to a
+    // node go through the runtime while its connection opens, later ones go direct
+    let mut d = client.direct().expect("direct reads without TLS");
+    let before = store.counters();
+    direct_reads_exact(&mut d, &client, &ids, |id| Ok(page(id, 1, 4096)));
+    let mid = store.counters();
+    assert_eq!(
+        (mid.direct_reads - before.direct_reads) + (mid.direct_handed_on - before.direct_handed_on),
+        ids.len() as u64,
+        "{mid:?}"
+    );
+    direct_reads_exact(&mut d, &client, &ids, |id| Ok(page(id, 1, 4096)));
+    direct_reads_exact(&mut d, &client, &units, |id| Ok(page(id, 2, 2 << 20)));
+    direct_reads_exact(&mut d, &client, &[77], |id| {
+        Err(RemoteError::NotStored { id })
+    });
+    let warm = store.counters();
+    assert_eq!(
+        warm.direct_reads - mid.direct_reads,
+        (ids.len() + units.len()) as u64,
+        "connected: every stored value read direct: {warm:?}"
+    );
+    assert_eq!(d.owed(), 0);
+    // a wrong route (every request to one primary): the others answer MOVED, and those
+    // reads end through the runtime, exact
+    let one = cluster
+        .primary_of_slot(cluster.keyslot(&store.location(ids[0]).unwrap().key))
+        .unwrap()
+        .port;
+    d.pin_node_for_tests(&format!("127.0.0.1:{one}"));
+    direct_reads_exact(&mut d, &client, &ids, |id| Ok(page(id, 1, 4096)));
+    let pinned = store.counters();
+    assert!(
+        pinned.direct_reads > warm.direct_reads
+            && pinned.direct_handed_on > warm.direct_handed_on
+            && pinned.redirects > warm.redirects,
+        "some read direct, others redirected through the runtime: {pinned:?}"
+    );
+    let direct_total = pinned.reads - before.reads;
     let odd: Vec<(u64, Vec<u8>)> = (0..50u64)
         .map(|i| (5_000_000 + i, page(i, 3, (i as usize * 977) % 9000)))
         .collect();
@@ -146,8 +230,8 @@ fn pages_and_units_read_back_exact() {
         ids.len() as u64 + units.len() as u64 + odd.len() as u64 + 1
     );
     let reads = ids.len().div_ceil(7) + ids.len() + units.len() + odd.len() + 1;
-    assert_eq!(c.reads, reads as u64, "{c:?}");
-    assert_eq!(c.read_errors, 1, "the NotStored read: {c:?}");
+    assert_eq!(c.reads, reads as u64 + direct_total, "{c:?}");
+    assert_eq!(c.read_errors, 2, "the NotStored reads: {c:?}");
     assert_eq!((c.lost, c.corrupt, c.write_errors), (0, 0, 0), "{c:?}");
     assert!(c.get_latency.count > 0 && c.get_latency.p50_us > 0, "{c:?}");
     assert!(c.put_latency.count > 0, "{c:?}");
@@ -232,6 +316,39 @@ fn damaged_values_are_corrupt_and_missing_values_lost() {
             .filter(|r| r.as_ref().is_err_and(|e| e.is_data_loss()))
             .count()
             == 5
+    );
+
+    // direct reads accept only what passes the checks: the damaged and the missing go
+    // through the runtime and end the same way; twice, so the second goes direct
+    let client = store.client(None).unwrap();
+    let mut d = client.direct().expect("direct reads");
+    let mut first = store.counters();
+    for round in 0..2 {
+        if round == 1 {
+            first = store.counters();
+        }
+        d.get_batch(ids.iter().map(|&id| (id, id)).collect());
+        for c in collect_direct(&mut d, &client, ids.len()) {
+            let (id, r) = (c.token, c.result);
+            match id {
+                1 | 2 | 4 | 5 => assert!(
+                    matches!(r, Err(RemoteError::Corrupt { id: i, .. }) if i == id),
+                    "round {round}, id {id}: {r:?}"
+                ),
+                6 => assert!(
+                    matches!(r, Err(RemoteError::Lost { id: 6, .. })),
+                    "round {round}, id 6: {r:?}"
+                ),
+                _ => assert_eq!(r, Ok(Some(page(id, 1, 4096))), "round {round}, id {id}"),
+            }
+        }
+    }
+    let after = store.counters();
+    assert_eq!((after.corrupt, after.lost), (12, 3), "{after:?}");
+    assert_eq!(
+        after.direct_reads - first.direct_reads,
+        35,
+        "the good values of round 2: {after:?}"
     );
 }
 

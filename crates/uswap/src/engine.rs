@@ -237,6 +237,7 @@ impl Engine {
             c.remote_lost = rc.lost + rc.corrupt;
             c.remote_get_p50_us = rc.get_latency.p50_us;
             c.remote_get_p99_us = rc.get_latency.p99_us;
+            c.remote_direct_reads = rc.direct_reads;
         }
         if let Some(z) = &self.tiers.compressed {
             let st = z.stats();

@@ -21,6 +21,13 @@ pub const TOKEN_REMOTE: u64 = u64::MAX - 3;
 /// `user_data` of polls on other descriptors (fork children's pipes, other tiers'
 /// completion eventfds): `TOKEN_POLL_BASE + n`, counting down.
 pub const TOKEN_POLL_BASE: u64 = u64::MAX - 16;
+/// `user_data` of polls on the remote tier's direct-read sockets:
+/// `TOKEN_DIRECT_BASE - token` for the reader's tokens (below 2^32).
+pub const TOKEN_DIRECT_BASE: u64 = TOKEN_POLL_BASE - 1_000_000;
+/// Whether `user_data` is a direct-read poll's.
+pub fn is_direct_token(ud: u64) -> bool {
+    ud <= TOKEN_DIRECT_BASE && ud > TOKEN_DIRECT_BASE - (1 << 32)
+}
 
 /// Frames that follow each other become one iovec.
 pub(crate) fn coalesce_iov(frames: &[usize]) -> Vec<libc::iovec> {

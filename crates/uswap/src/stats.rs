@@ -55,6 +55,9 @@ macro_rules! counters {
             pub remote_get_p50_us: u64,
             /// See `remote_reads`.
             pub remote_get_p99_us: u64,
+            /// Of `remote_reads`: values a thread read on its own connection to the
+            /// primary (not through the store's runtime).
+            pub remote_direct_reads: u64,
             /// Inconsistencies the engine found and recovered from (engine bugs:
             /// internal errors, slot double frees, invalid slot operations); 0.
             pub internal_errors: u64,

@@ -72,6 +72,24 @@ impl ThreadCtx {
             || !self.failed.is_empty()
     }
 
+    /// Reads in flight that a fault likely waits for: the ring's, and the remote tier's
+    /// on the thread's own connections (their polls complete in the ring too).
+    pub(crate) fn reads_waited_on(&self) -> bool {
+        self.ring.reads_inflight > 0 || self.remote.as_ref().is_some_and(|r| r.direct_owed())
+    }
+
+    /// Sleep in the ring until a completion, or until the remote tier's next deadline.
+    pub(crate) fn sleep(&mut self) {
+        match self.remote.as_ref().and_then(|r| r.deadline()) {
+            Some(t) => {
+                let left = t.saturating_duration_since(std::time::Instant::now());
+                self.ring
+                    .wait_for(left.max(std::time::Duration::from_millis(1)));
+            }
+            None => self.ring.wait(),
+        }
+    }
+
     /// Arm the polls that wake this thread: its eventfd and the remote tier's.
     pub(crate) fn arm_polls(&mut self) {
         self.ring.poll(self.event_fd, crate::ring::TOKEN_EVENT);

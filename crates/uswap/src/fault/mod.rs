@@ -61,7 +61,7 @@ pub(crate) fn run(e: &Arc<Engine>, mut ctx: ThreadCtx) {
         }
         drop(a);
         cqes.clear();
-        if ctx.ring.reads_inflight > 0 && !io_poll.is_zero() {
+        if ctx.reads_waited_on() && !io_poll.is_zero() {
             // A fault likely waits for one of these reads: poll the completion queue
             // (shared memory, no system call) rather than sleep and pay a wake-up.
             ctx.ring.submit();
@@ -72,7 +72,7 @@ pub(crate) fn run(e: &Arc<Engine>, mut ctx: ThreadCtx) {
             }
         }
         if cqes.is_empty() && ctx.failed.is_empty() {
-            ctx.ring.wait();
+            ctx.sleep();
             ctx.ring.reap(&mut cqes);
         }
         let _a = e.fork.enter();
@@ -465,6 +465,9 @@ pub(crate) fn process_cqes(e: &Engine, ctx: &mut ThreadCtx, cqes: &[(u64, i32)])
     for (op, res) in std::mem::take(&mut ctx.failed) {
         complete(e, ctx, op, res);
     }
+    if let Some(r) = ctx.remote.as_mut() {
+        r.expire();
+    }
     for &(ud, res) in cqes {
         match ud {
             TOKEN_UFFD => ctx.uffd_armed = false,
@@ -474,15 +477,17 @@ pub(crate) fn process_cqes(e: &Engine, ctx: &mut ThreadCtx, cqes: &[(u64, i32)])
             }
             TOKEN_TIMEOUT => {}
             crate::ring::TOKEN_REMOTE => {
-                let mut done = Vec::new();
-                if let (Some(r), Some(remote)) = (ctx.remote.as_mut(), &e.tiers.remote) {
-                    r.drain(remote, &e.frames, &mut done);
+                if let Some(r) = ctx.remote.as_mut() {
                     let fd = std::os::fd::AsRawFd::as_raw_fd(&r.event);
                     ctx.ring.poll(fd, crate::ring::TOKEN_REMOTE);
                 }
-                for (op, res) in done {
-                    complete(e, ctx, op, res);
+                complete_remote(e, ctx);
+            }
+            t if crate::ring::is_direct_token(t) => {
+                if let Some(r) = ctx.remote.as_mut() {
+                    r.readable(t);
                 }
+                complete_remote(e, ctx);
             }
             t if t > crate::ring::TOKEN_POLL_BASE - 1_000_000
                 && t <= crate::ring::TOKEN_POLL_BASE =>
@@ -495,6 +500,21 @@ pub(crate) fn process_cqes(e: &Engine, ctx: &mut ThreadCtx, cqes: &[(u64, i32)])
                 }
             }
         }
+    }
+}
+
+/// The remote tier's finished requests (through the store's runtime, or read on the
+/// thread's own connections), and its polls armed again.
+fn complete_remote(e: &Engine, ctx: &mut ThreadCtx) {
+    let mut done = Vec::new();
+    if let (Some(r), Some(remote)) = (ctx.remote.as_mut(), &e.tiers.remote) {
+        r.drain(remote, &e.frames, &mut done);
+    }
+    for (op, res) in done {
+        complete(e, ctx, op, res);
+    }
+    if let Some(r) = ctx.remote.as_mut() {
+        r.arm(&mut ctx.ring);
     }
 }
 

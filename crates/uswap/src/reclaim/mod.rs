@@ -108,7 +108,7 @@ pub(crate) fn reclaim(e: &Engine, ctx: &mut ThreadCtx, target: i64) -> bool {
         // other threads' complete on their rings.
         if ctx.io_pending() {
             if ctx.failed.is_empty() {
-                ctx.ring.wait();
+                ctx.sleep();
             }
             cqes.clear();
             ctx.ring.reap(&mut cqes);

@@ -374,7 +374,10 @@ impl Tiers {
         }
         if let Some(remote) = &self.remote {
             match ctx.remote.as_mut() {
-                Some(rc) => rc.submit(remote, &e.frames, op),
+                Some(rc) => {
+                    rc.submit(remote, &e.frames, op);
+                    rc.arm(&mut ctx.ring);
+                }
                 // No connection on this thread (a forked child): the request fails.
                 None => ctx.failed.push((op, -libc::EIO)),
             }

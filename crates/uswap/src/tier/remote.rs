@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Mutex;
-use uswap_remote::{Completion, RemoteClient, RemoteConfig, RemoteStore};
+use uswap_remote::{Completion, DirectReads, RemoteClient, RemoteConfig, RemoteStore};
 
 /// The pool's connection to the cluster.
 pub(crate) struct Remote {
@@ -91,7 +91,11 @@ impl Units {
 
 /// Connect to the cluster named by `nodes` (`redis://HOST:PORT[,HOST:PORT...]`).
 pub(crate) fn connect(nodes: &str) -> Result<Remote> {
-    let cfg = RemoteConfig::from_list(nodes).map_err(remote_err)?;
+    let mut cfg = RemoteConfig::from_list(nodes).map_err(remote_err)?;
+    // a diagnostic switch: reads through the store's runtime only (to compare)
+    if std::env::var_os("USWAP_REMOTE_DIRECT_READS").is_some_and(|v| v == "off") {
+        cfg.direct_reads = false;
+    }
     let store = RemoteStore::connect(cfg).map_err(remote_err)?;
     Ok(Remote {
         store: Mutex::new(Some(store)),
@@ -111,7 +115,8 @@ impl Remote {
         self.store.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A client for one engine thread, woken through `event`.
+    /// A client for one engine thread, woken through `event` (reads also on the
+    /// thread's own connections, see [`RemoteCtx`]).
     pub(crate) fn client(&self, event: &OwnedFd) -> Option<RemoteClient> {
         if self.dead.load(Relaxed) {
             return None;
@@ -169,10 +174,17 @@ impl Drop for Remote {
 }
 
 /// A thread's requests to the remote tier in flight.
+///
+/// Reads go out on the thread's own connections to the primaries (`DirectReads`): the
+/// thread polls those sockets in its ring and parses the replies itself, so a fault pays
+/// one wake-up (the reply's) instead of two hand-offs through the store's runtime; what
+/// that path cannot answer it hands to the runtime, whose completions come back through
+/// `event`. Writes always go through the runtime (they wait for replicas and retry).
 pub(crate) struct RemoteCtx {
     pub(crate) client: RemoteClient,
     /// Wakes the thread on completions (polled in its ring).
     pub(crate) event: OwnedFd,
+    direct: Option<DirectReads>,
     ops: HashMap<u64, Pending>,
     /// A read's value token → its request's token, and the value it asked for.
     pages: HashMap<u64, (u64, Wanted)>,
@@ -206,6 +218,7 @@ fn unit_value(op: &Op) -> bool {
 impl RemoteCtx {
     pub(crate) fn new(client: RemoteClient, event: OwnedFd) -> RemoteCtx {
         RemoteCtx {
+            direct: client.direct(),
             client,
             event,
             ops: HashMap::new(),
@@ -298,7 +311,10 @@ impl RemoteCtx {
                         (t, id)
                     })
                     .collect();
-                self.client.get_batch(reqs);
+                match self.direct.as_mut() {
+                    Some(d) => d.get_batch(reqs),
+                    None => self.client.get_batch(reqs),
+                }
                 self.ops.insert(
                     token,
                     Pending {
@@ -307,6 +323,40 @@ impl RemoteCtx {
                         failed: false,
                     },
                 );
+            }
+        }
+    }
+
+    /// Arm a poll in `ring` on each of the thread's connections that owes replies.
+    pub(crate) fn arm(&mut self, ring: &mut crate::ring::Ring) {
+        if let Some(d) = self.direct.as_mut() {
+            d.arm(|token, fd| ring.poll(fd, crate::ring::TOKEN_DIRECT_BASE - token));
+        }
+    }
+
+    /// Replies owed on the thread's own connections.
+    pub(crate) fn direct_owed(&self) -> bool {
+        self.direct.as_ref().is_some_and(|d| d.owed() > 0)
+    }
+
+    /// A poll armed by `arm` fired (`token`: its user_data).
+    pub(crate) fn readable(&mut self, token: u64) {
+        if let Some(d) = self.direct.as_mut() {
+            d.readable(crate::ring::TOKEN_DIRECT_BASE - token);
+        }
+    }
+
+    /// When the thread must wake even if nothing arrives: a connection silent past its
+    /// deadline gives its reads to the store's runtime (`expire`).
+    pub(crate) fn deadline(&self) -> Option<std::time::Instant> {
+        self.direct.as_ref().and_then(|d| d.deadline())
+    }
+
+    /// Connections past their deadline: their reads go to the store's runtime.
+    pub(crate) fn expire(&mut self) {
+        if let Some(d) = self.direct.as_mut() {
+            if d.deadline().is_some_and(|t| t <= std::time::Instant::now()) {
+                d.expire();
             }
         }
     }
@@ -323,6 +373,9 @@ impl RemoteCtx {
     ) {
         crate::sys::mem::drain_eventfd(std::os::fd::AsRawFd::as_raw_fd(&self.event));
         self.done.clear();
+        if let Some(d) = self.direct.as_mut() {
+            d.poll_completions(&mut self.done);
+        }
         self.client.poll_completions(&mut self.done);
         for c in self.done.drain(..) {
             let (base, wanted) = match self.pages.remove(&c.token) {
