@@ -33,7 +33,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use crate::counters::Counters;
 use crate::layout::{self, group_of, slot_of};
 use crate::store::{Routes, Shared};
-use crate::{Completion, RemoteClient};
+use crate::{Completion, RemoteClient, RemoteError};
 
 /// No new connection to a node for this long after one failed (its reads take the async
 /// path meanwhile).
@@ -52,11 +52,15 @@ const MAX_BULK: usize = 1 << 30;
 /// [`DirectReads::poll_completions`] (and, for the reads it handed on, from the client's
 /// queue as usual); [`DirectReads::expire`] by [`DirectReads::deadline`].
 pub struct DirectReads {
+    /// false: every read goes through the runtime (TLS, or `direct_reads` off)
+    enabled: bool,
     client: RemoteClient,
     routes: Arc<Routes>,
     links: Vec<Link>,
     by_addr: HashMap<String, Option<usize>>,
     done: Vec<Completion>,
+    /// the token of the next `get_blocking`
+    next_blocking: u64,
     /// every request goes to this node, whatever the routes say (tests: a wrong route
     /// must end in the async path, with the right bytes)
     pinned: Option<String>,
@@ -117,17 +121,23 @@ impl RemoteClient {
     /// Direct reads for this client's thread (see [`DirectReads`]); `None` with TLS or
     /// when `direct_reads` is off.
     pub fn direct(&self) -> Option<DirectReads> {
-        if self.shared.cfg.tls || !self.shared.cfg.direct_reads {
-            return None;
-        }
-        Some(DirectReads {
+        let d = self.reader();
+        d.enabled.then_some(d)
+    }
+
+    /// A reader for [`DirectReads::get_blocking`]: direct when it may be, else every read
+    /// through the runtime.
+    pub fn reader(&self) -> DirectReads {
+        DirectReads {
+            enabled: !self.shared.cfg.tls && self.shared.cfg.direct_reads,
             client: self.clone(),
             routes: self.shared.routes.lock().expect("routes").clone(),
             links: Vec::new(),
             by_addr: HashMap::new(),
             done: Vec::new(),
+            next_blocking: 1 << 63,
             pinned: None,
-        })
+        }
     }
 }
 
@@ -141,6 +151,10 @@ impl DirectReads {
     pub fn get_batch(&mut self, requests: Vec<(u64, u64)>) {
         let mut handed_on = Vec::new();
         let mut by_group: BTreeMap<u64, Vec<Wanted>> = BTreeMap::new();
+        if !self.enabled {
+            self.client.get_batch(requests);
+            return;
+        }
         if self.shared().closed.load(Ordering::Acquire) {
             handed_on = requests;
         } else {
@@ -237,6 +251,59 @@ impl DirectReads {
             }
         }
         self.hand_on(handed_on);
+    }
+
+    /// Whether the store is closed (its reads all fail).
+    pub fn is_closed(&self) -> bool {
+        self.shared().closed.load(Ordering::Acquire)
+    }
+
+    /// Reads `id` and waits for it, on this thread: the direct path, or the runtime's
+    /// (which retries for up to `retry_for`) when the direct path hands it on. For a caller
+    /// that cannot sleep in a ring: a fault served in the faulting thread itself. Use one
+    /// `DirectReads` either this way or through `get_batch`, not both.
+    pub fn get_blocking(&mut self, id: u64) -> Result<Vec<u8>, RemoteError> {
+        let token = self.next_blocking;
+        self.next_blocking += 1;
+        let cfg = &self.shared().cfg;
+        let bound = cfg.retry_for + 2 * cfg.op_timeout;
+        let started = Instant::now();
+        self.get_batch(vec![(token, id)]);
+        let mut done = Vec::new();
+        let mut tokens = Vec::new();
+        loop {
+            self.poll_completions(&mut done);
+            // completions of earlier calls that gave up waiting are dropped
+            if let Some(c) = done.drain(..).find(|c| c.token == token) {
+                return c.result.map(Option::unwrap_or_default);
+            }
+            let Some(left) = bound.checked_sub(started.elapsed()) else {
+                return Err(RemoteError::Unavailable {
+                    waited: started.elapsed(),
+                    attempts: 1,
+                    last: "no answer from the direct path nor the runtime".into(),
+                });
+            };
+            if self.owed() == 0 {
+                self.client.wait_completions(&mut done, left);
+                continue;
+            }
+            tokens.clear();
+            let mut fds = Vec::new();
+            self.arm(|t, fd| {
+                tokens.push(t);
+                fds.push(fd);
+            });
+            let wait = self
+                .deadline()
+                .map_or(left, |d| d.saturating_duration_since(Instant::now()))
+                .min(left);
+            wait_readable(&fds, wait);
+            for &t in &tokens {
+                self.readable(t);
+            }
+            self.expire();
+        }
     }
 
     /// Tests: send every request to the node at `addr` (`ip:port`), whatever the routes say.
@@ -564,6 +631,22 @@ impl Link {
         self.buf = Vec::new();
         self.retry_at = Some(now + RECONNECT_PAUSE);
     }
+}
+
+/// Sleeps until one of `fds` is readable (or hung up), or `timeout`.
+fn wait_readable(fds: &[RawFd], timeout: Duration) {
+    let mut polls: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
+    // SAFETY: poll(2) on an array of `polls.len()` pollfds that lives across the call; the
+    // fds are this reader's open sockets. EINTR or an error just ends this wait early.
+    unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, ms) };
 }
 
 /// A command as a RESP array of bulk strings.

@@ -66,6 +66,8 @@ pub struct Location {
 }
 
 pub(crate) struct Shared {
+    /// unique in the process ([`RemoteStore::id`])
+    id: u64,
     pub(crate) cfg: RemoteConfig,
     pub(crate) prefix: Prefix,
     replicas_to_wait: u32,
@@ -726,6 +728,11 @@ impl RemoteStore {
         })
     }
 
+    /// This store's number, unique in the process (to tell stores apart in caches).
+    pub fn id(&self) -> u64 {
+        self.shared.id
+    }
+
     /// `WAIT numreplicas` in use.
     pub fn replicas_to_wait(&self) -> u32 {
         self.shared.replicas_to_wait
@@ -1087,7 +1094,9 @@ async fn connect_shared(
     for _ in 0..cfg.write_connections {
         writes.push(open().await?);
     }
+    static STORES: AtomicUsize = AtomicUsize::new(0);
     Ok(Shared {
+        id: STORES.fetch_add(1, Ordering::Relaxed) as u64,
         cfg,
         prefix,
         replicas_to_wait,

@@ -8,7 +8,7 @@ use common::with_deadline;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use uswap::{Pool, RegionOptions, TierKind, UnitPolicy};
+use uswap::{FaultMode, Pool, RegionOptions, TierKind, UnitPolicy};
 
 const MIB: u64 = 1 << 20;
 
@@ -135,12 +135,18 @@ fn check(words: &[AtomicU64], seed: u64) {
 fn pages_round_trip_through_the_remote_tier() {
     with_deadline(300, |t| {
         let c = Cluster::start(22100);
-        for (tier, unit) in [
-            (TierKind::Remote, UnitPolicy::Small),
-            (TierKind::Remote, UnitPolicy::Huge),
-            (TierKind::CompressedRemote, UnitPolicy::Auto),
+        for (tier, unit, mode) in [
+            (TierKind::Remote, UnitPolicy::Small, FaultMode::Handler),
+            (TierKind::Remote, UnitPolicy::Huge, FaultMode::Handler),
+            (
+                TierKind::CompressedRemote,
+                UnitPolicy::Auto,
+                FaultMode::Handler,
+            ),
+            // faults served by the faulting thread: its own blocking reads of the cluster
+            (TierKind::Remote, UnitPolicy::Small, FaultMode::InThread),
         ] {
-            t.phase(format!("{tier:?} {unit:?}"));
+            t.phase(format!("{tier:?} {unit:?} {mode:?}"));
             let p = t.pool(
                 Pool::builder()
                     .budget(24 * MIB)
@@ -153,6 +159,7 @@ fn pages_round_trip_through_the_remote_tier() {
                     64 * MIB,
                     RegionOptions {
                         unit: Some(unit),
+                        fault_mode: Some(mode),
                         ..Default::default()
                     },
                 )

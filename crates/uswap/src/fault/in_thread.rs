@@ -6,7 +6,8 @@
 //! runs again. A major fault then costs the read and a few microseconds, with no
 //! thread woken on either side (a wake-up across vCPUs costs ~20 µs each way on this
 //! VM, twice per fault in the handler-thread design). Reads are synchronous O_DIRECT
-//! preads of the back tier into a frame, mapped with UFFDIO_COPY (write-protected:
+//! preads of the back tier into a frame (on the remote tier: a read on the thread's own
+//! connection to the primary, waited for here), mapped with UFFDIO_COPY (write-protected:
 //! the page is clean until written; a write then traps once more and unprotects it).
 //! Swap-cache hits, readahead results and writes in flight are served as usual; a
 //! page whose read is in flight on a fault thread is waited for.
@@ -245,10 +246,19 @@ fn read_in(
     r.counters.majflt.fetch_add(1, Relaxed);
     let mut good = false;
     for attempt in 0..3 {
-        let (fd, off) = e.tiers.file().locate(slot);
-        // SAFETY: reads 4 KiB into a frame this thread owns (an O_DIRECT-aligned page of
-        // the arena, which only takes ordinary kernel faults).
-        let n = unsafe { libc::pread(fd, frame as *mut libc::c_void, PAGE_SIZE, off as i64) };
+        let n = match &e.tiers.remote {
+            // the back tier is the cluster: this thread's own connection, waited on here
+            Some(remote) => match remote.read_blocking(slot, e.frames.page_mut(frame)) {
+                true => PAGE_SIZE as isize,
+                false => -1,
+            },
+            None => {
+                let (fd, off) = e.tiers.file().locate(slot);
+                // SAFETY: reads 4 KiB into a frame this thread owns (an O_DIRECT-aligned
+                // page of the arena, which only takes ordinary kernel faults).
+                unsafe { libc::pread(fd, frame as *mut libc::c_void, PAGE_SIZE, off as i64) }
+            }
+        };
         let seq = e.diag.read_seq.fetch_add(1, Relaxed) + 1;
         let inj = e.cfg.inject;
         let failed = inj.fail_read_every > 0

@@ -144,6 +144,63 @@ impl Remote {
         }
     }
 
+    /// Reads slot `s`'s page into `page`, waiting for it on the calling thread: for a fault
+    /// served in the faulting thread (`fault::in_thread`), which has no ring to sleep in.
+    /// Each thread keeps its own connections to the primaries (per store), so a read
+    /// costs its round trip and no wake-up of another thread. False: not read (no store,
+    /// the value is lost or damaged, or the cluster did not answer in time).
+    pub(crate) fn read_blocking(&self, s: Slot, page: &mut [u8]) -> bool {
+        thread_local! {
+            /// By store id: this thread's direct reads.
+            static READERS: std::cell::RefCell<HashMap<u64, DirectReads>> =
+                std::cell::RefCell::new(HashMap::new());
+        }
+        if self.dead.load(Relaxed) {
+            return false;
+        }
+        let (id, at) = match self.units().holder(s) {
+            Some(head) => (UNIT_ID | head, (s - head) as usize * PAGE_SIZE),
+            None => (s, 0),
+        };
+        let reader = {
+            let store = self.store();
+            let Some(store) = store.as_ref() else {
+                return false;
+            };
+            let key = store.id();
+            let known = READERS.with(|r| r.borrow().contains_key(&key));
+            if known {
+                Ok(key)
+            } else {
+                // a blocking client (no eventfd): the fallback's completions are waited for
+                store.client(None).map(|c| {
+                    let reader = c.reader();
+                    READERS.with(|r| {
+                        let mut r = r.borrow_mut();
+                        // readers of stores closed since go with their connections
+                        r.retain(|_, d| !d.is_closed());
+                        r.insert(key, reader);
+                    });
+                    key
+                })
+            }
+        };
+        let Ok(key) = reader else {
+            return false;
+        };
+        let got = READERS.with(|r| {
+            let mut r = r.borrow_mut();
+            r.get_mut(&key).map(|d| d.get_blocking(id))
+        });
+        match got {
+            Some(Ok(bytes)) if bytes.len() >= at + page.len() => {
+                page.copy_from_slice(&bytes[at..at + page.len()]);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// The store's counters.
     pub(crate) fn counters(&self) -> Option<uswap_remote::RemoteCounters> {
         self.store().as_ref().map(|s| s.counters())
