@@ -359,7 +359,7 @@ impl RemoteCtx {
                     }
                 }
                 let left = values.len();
-                let reqs = values
+                let reqs: Vec<(u64, u64)> = values
                     .into_iter()
                     .enumerate()
                     .map(|(v, (id, wanted))| {
@@ -369,7 +369,21 @@ impl RemoteCtx {
                     })
                     .collect();
                 match self.direct.as_mut() {
-                    Some(d) => d.get_batch(reqs),
+                    Some(d) => {
+                        // Whole units through the runtime: a 2 MiB read is bound by its
+                        // transfer, not by wake-ups, and its copies then run on the
+                        // runtime's threads instead of the fault thread. (swap-w-seq 2m
+                        // with every read direct: 420-506 MB/s against 458-510 through
+                        // the runtime, 3 alternating runs: no difference past the noise.)
+                        let (units, pages): (Vec<(u64, u64)>, Vec<(u64, u64)>) =
+                            reqs.into_iter().partition(|&(_, id)| id & UNIT_ID != 0);
+                        if !units.is_empty() {
+                            self.client.get_batch(units);
+                        }
+                        if !pages.is_empty() {
+                            d.get_batch(pages);
+                        }
+                    }
                     None => self.client.get_batch(reqs),
                 }
                 self.ops.insert(
