@@ -91,6 +91,14 @@
 //! writes, without a thread per request. A runtime of our own (rather than the caller's)
 //! keeps the engine free of async code and of tokio.
 //!
+//! **Direct reads.** [`RemoteClient::direct`] gives an engine thread a [`DirectReads`]: reads
+//! sent by the thread itself on non-blocking connections of its own to the primaries, whose
+//! sockets it polls in its own io_uring, so that a read costs one wake-up (the reply's)
+//! instead of two hand-offs through the runtime. It answers only with values that pass the
+//! checks and hands everything else to the runtime ([`DirectReads`] and `direct.rs` say how).
+//! [`DirectReads::get_blocking`] waits on the calling thread (faults served in the faulting
+//! thread). Off with TLS, or with `direct_reads: false`.
+//!
 //! **Connections.** `WAIT` blocks the connection it runs on until the replicas answer, so
 //! reads get their own cluster connection (a fault never queues behind a write's `WAIT`),
 //! writes use `write_connections` connections (a group always the same one, so its writes
