@@ -375,7 +375,7 @@ impl RemoteCtx {
                         // runtime's threads instead of the fault thread. (swap-w-seq 2m
                         // with every read direct: 420-506 MB/s against 458-510 through
                         // the runtime, 3 alternating runs: no difference past the noise.)
-                        let (units, pages): (Vec<(u64, u64)>, Vec<(u64, u64)>) =
+                        let (units, pages): (Vec<_>, Vec<_>) =
                             reqs.into_iter().partition(|&(_, id)| id & UNIT_ID != 0);
                         if !units.is_empty() {
                             self.client.get_batch(units);
