@@ -21,7 +21,7 @@
 //! are plain TCP).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::Ordering;
@@ -583,9 +583,10 @@ impl Link {
         let Some(s) = self.sock.as_ref() else {
             return false;
         };
-        let mut s: &Socket = s;
         loop {
-            match s.write(cmd) {
+            // MSG_NOSIGNAL: a connection the server closed must give EPIPE here, not a
+            // SIGPIPE that ends the program (whose disposition is its own)
+            match s.send_with_flags(cmd, libc::MSG_NOSIGNAL) {
                 Ok(n) => return n == cmd.len(),
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(_) => return false,

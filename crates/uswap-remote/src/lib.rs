@@ -83,7 +83,8 @@
 //! # Design
 //!
 //! **Runtime.** The store owns a small tokio runtime (`runtime_threads`, default 2) and
-//! redis-rs's async cluster client on it. Engine threads never touch the network: a request
+//! redis-rs's async cluster client on it. Engine threads touch the network only for direct
+//! reads (below): any other request
 //! is a task spawned onto the runtime (a push onto its queue), its completion a push onto the
 //! client's queue plus an eventfd write. One async runtime multiplexes every request in flight
 //! over one connection per node (redis-rs pipelines concurrent requests on it), which is what

@@ -22,8 +22,9 @@ pub const TOKEN_REMOTE: u64 = u64::MAX - 3;
 /// completion eventfds): `TOKEN_POLL_BASE + n`, counting down.
 pub const TOKEN_POLL_BASE: u64 = u64::MAX - 16;
 /// `user_data` of polls on the remote tier's direct-read sockets:
-/// `TOKEN_DIRECT_BASE - token` for the reader's tokens (below 2^32).
-pub const TOKEN_DIRECT_BASE: u64 = TOKEN_POLL_BASE - 1_000_000;
+/// `TOKEN_DIRECT_BASE - token` for the reader's tokens (below 2^32), far from the
+/// ranges above and from request indices.
+pub const TOKEN_DIRECT_BASE: u64 = TOKEN_POLL_BASE - (1 << 40);
 /// Whether `user_data` is a direct-read poll's.
 pub fn is_direct_token(ud: u64) -> bool {
     ud <= TOKEN_DIRECT_BASE && ud > TOKEN_DIRECT_BASE - (1 << 32)

@@ -65,14 +65,24 @@ fn install_handler() -> Result<()> {
 }
 
 extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, uctx: *mut libc::c_void) {
+    // The interrupted code may be between a system call and its read of errno: the
+    // system calls made here (a remote read's EAGAIN, EINPROGRESS...) must not show.
+    let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
     // SAFETY: the kernel hands a valid siginfo to an SA_SIGINFO handler.
     let (addr, code) = unsafe { ((*info).si_addr() as usize, (*info).si_code) };
     // A userfaultfd fault raises BUS_ADRERR; a poisoned page BUS_MCEERR_AR (or also
     // BUS_ADRERR without CONFIG_MEMORY_FAILURE: `serve` tells them apart by state).
     if code == libc::BUS_ADRERR && serve(addr) {
+        set_errno(errno);
         return;
     }
+    set_errno(errno);
     chain(sig, info, uctx);
+}
+
+fn set_errno(value: libc::c_int) {
+    // SAFETY: __errno_location returns this thread's errno, valid for the thread's life.
+    unsafe { *libc::__errno_location() = value };
 }
 
 /// Pass a SIGBUS that is not ours to the disposition before ours.

@@ -162,42 +162,45 @@ impl Remote {
             Some(head) => (UNIT_ID | head, (s - head) as usize * PAGE_SIZE),
             None => (s, 0),
         };
-        let reader = {
+        let (key, client) = {
             let store = self.store();
             let Some(store) = store.as_ref() else {
                 return false;
             };
-            let key = store.id();
-            let known = READERS.with(|r| r.borrow().contains_key(&key));
-            if known {
-                Ok(key)
-            } else {
-                // a blocking client (no eventfd): the fallback's completions are waited for
-                store.client(None).map(|c| {
-                    let reader = c.reader();
-                    READERS.with(|r| {
-                        let mut r = r.borrow_mut();
-                        // readers of stores closed since go with their connections
-                        r.retain(|_, d| !d.is_closed());
-                        r.insert(key, reader);
-                    });
-                    key
-                })
-            }
+            // a blocking client (no eventfd): the fallback's completions are waited for
+            let Ok(client) = store.client(None) else {
+                return false;
+            };
+            (store.id(), client)
         };
-        let Ok(key) = reader else {
-            return false;
+        let want = if at > 0 || id & UNIT_ID != 0 {
+            UNIT_PAGES * PAGE_SIZE
+        } else {
+            page.len()
         };
-        let got = READERS.with(|r| {
-            let mut r = r.borrow_mut();
-            r.get_mut(&key).map(|d| d.get_blocking(id))
-        });
-        match got {
-            Some(Ok(bytes)) if bytes.len() >= at + page.len() => {
+        let mut read = |d: &mut DirectReads| match d.get_blocking(id) {
+            Ok(bytes) if bytes.len() == want => {
                 page.copy_from_slice(&bytes[at..at + page.len()]);
                 true
             }
             _ => false,
+        };
+        // The thread's reader, if this thread can use it now: not while a fault on it
+        // is being served already (a signal handler that touched such a page during a
+        // read), nor once the thread's locals are gone (exit). Else a reader for this
+        // one read.
+        let kept = READERS.try_with(|r| {
+            let Ok(mut r) = r.try_borrow_mut() else {
+                return None;
+            };
+            // readers of stores closed since go, with their connections
+            r.retain(|_, d| !d.is_closed());
+            let d = r.entry(key).or_insert_with(|| client.reader());
+            Some(read(d))
+        });
+        match kept {
+            Ok(Some(done)) => done,
+            _ => read(&mut client.reader()),
         }
     }
 
