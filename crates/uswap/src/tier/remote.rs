@@ -162,18 +162,16 @@ impl Remote {
             Some(head) => (UNIT_ID | head, (s - head) as usize * PAGE_SIZE),
             None => (s, 0),
         };
-        let (key, client) = {
-            let store = self.store();
-            let Some(store) = store.as_ref() else {
-                return false;
-            };
-            // a blocking client (no eventfd): the fallback's completions are waited for
-            let Ok(client) = store.client(None) else {
-                return false;
-            };
-            (store.id(), client)
+        let Some(key) = self.store().as_ref().map(|s| s.id()) else {
+            return false;
         };
-        let want = if at > 0 || id & UNIT_ID != 0 {
+        // made only when the thread has none for this store: a blocking client (no
+        // eventfd), whose fallback completions the reader waits for
+        let new_reader = || {
+            let store = self.store();
+            Some(store.as_ref()?.client(None).ok()?.reader())
+        };
+        let want = if id & UNIT_ID != 0 {
             UNIT_PAGES * PAGE_SIZE
         } else {
             page.len()
@@ -195,12 +193,15 @@ impl Remote {
             };
             // readers of stores closed since go, with their connections
             r.retain(|_, d| !d.is_closed());
-            let d = r.entry(key).or_insert_with(|| client.reader());
+            let d = match r.entry(key) {
+                std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+                std::collections::hash_map::Entry::Vacant(v) => v.insert(new_reader()?),
+            };
             Some(read(d))
         });
         match kept {
             Ok(Some(done)) => done,
-            _ => read(&mut client.reader()),
+            _ => new_reader().is_some_and(|mut d| read(&mut d)),
         }
     }
 
@@ -429,9 +430,7 @@ impl RemoteCtx {
     /// Connections past their deadline: their reads go to the store's runtime.
     pub(crate) fn expire(&mut self) {
         if let Some(d) = self.direct.as_mut() {
-            if d.deadline().is_some_and(|t| t <= std::time::Instant::now()) {
-                d.expire();
-            }
+            d.expire();
         }
     }
 
