@@ -172,6 +172,7 @@ impl Mounted {
             tries += 1;
             std::thread::sleep(Duration::from_millis(20));
         };
+        let unmounted = result.is_ok();
         if let Err(e) = result {
             if e.raw_os_error() != Some(libc::EINVAL) {
                 // Still in use (an open fd, a loop device): abort and detach.
@@ -193,6 +194,11 @@ impl Mounted {
         } else {
             match session.join() {
                 Ok(Ok(())) => {}
+                // The unmount tears the connection down; a server thread that was taking a
+                // request off /dev/fuse at that moment gets ECONNABORTED instead of ENODEV
+                // (fuse_dev_do_read finds its queue disconnected). Nothing was lost: the
+                // unmount was ours.
+                Ok(Err(e)) if unmounted && e.raw_os_error() == Some(libc::ECONNABORTED) => {}
                 Ok(Err(e)) => problems.push(format!("the FUSE session ended with {e}")),
                 Err(_) => problems.push("a FUSE session thread panicked".into()),
             }

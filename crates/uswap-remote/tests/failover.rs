@@ -381,13 +381,22 @@ fn without_wait_acknowledged_writes_are_lost_in_a_failover() {
     let (strict_a, strict_b) = (ids_of(&strict_groups[..4]), ids_of(&strict_groups[4..]));
     let (loose_a, loose_b) = (ids_of(&loose_groups[..4]), ids_of(&loose_groups[4..]));
 
-    // A: written while the replica is healthy (and given time to replicate)
-    strict
-        .put_batch_blocking(strict_a.iter().map(|&id| (id, page(id, 1, PAGE))).collect())
-        .unwrap();
-    loose
-        .put_batch_blocking(loose_a.iter().map(|&id| (id, page(id, 1, PAGE))).collect())
-        .unwrap();
+    // A: written while the replica is healthy (and given time to replicate). With the
+    // short WAIT above, a loaded machine can miss the replica's ack for 8 MiB: writing the
+    // same values again is what a caller does with NotReplicated, until it is acked.
+    let put_replicated = |store: &RemoteStore, ids: &[u64]| {
+        let give_up = Instant::now() + Duration::from_secs(30);
+        loop {
+            match store.put_batch_blocking(ids.iter().map(|&id| (id, page(id, 1, PAGE))).collect())
+            {
+                Ok(()) => break,
+                Err(RemoteError::NotReplicated { .. }) if Instant::now() < give_up => {}
+                Err(e) => panic!("phase A write with the replica healthy: {e:?}"),
+            }
+        }
+    };
+    put_replicated(&strict, &strict_a);
+    put_replicated(&loose, &loose_a);
     std::thread::sleep(Duration::from_millis(300));
 
     // B: written while the replica is stopped (32 MiB each, more than the sockets buffer),
