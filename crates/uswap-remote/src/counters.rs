@@ -88,7 +88,7 @@ pub struct RemoteCounters {
     pub reads: u64,
     /// Values written and acknowledged (primary + `replicas_to_wait` replicas).
     pub writes: u64,
-    /// Payload bytes read (headers not counted).
+    /// Payload bytes read (trailers not counted).
     pub bytes_in: u64,
     /// Payload bytes written and acknowledged.
     pub bytes_out: u64,

@@ -27,17 +27,22 @@
 //!   evenly), and a group holding 512 2 MiB values is a 1 GiB key (slow to migrate when
 //!   resharding; the engine gives units ids 512 apart, so a group holds one unit).
 //!
-//! ## Values: a 32-byte header, then the payload
+//! ## Values: the payload, then a 32-byte trailer
 //!
 //! ```text
-//! 0   magic "USWR"          4
-//! 4   version (1)           2
-//! 6   reserved (0)          2
-//! 8   id                    8   little-endian: the key's identity
-//! 16  generation            8   the store's write counter at this write (never 0)
-//! 24  payload length        4
-//! 28  crc32c                4   over the pool's prefix, bytes 0..28, and the payload
+//! 0   payload               n
+//! n   magic "USWR"          4
+//!     version (2)           2
+//!     reserved (0)          2
+//!     id                    8   little-endian: the key's identity
+//!     generation            8   the store's write counter at this write (never 0)
+//!     payload length        4   n
+//!     crc32c                4   over the pool's prefix, the payload and the trailer's first 28 bytes
 //! ```
+//!
+//! A trailer, not a header: a value read arrives in a `Vec` with the payload at its start, so
+//! opening it is a `truncate`, where a header cost a memmove of the whole payload (2 MiB for
+//! a unit) on every read.
 //!
 //! A read checks all of it: a value of another id (a misplaced or swapped value), of another
 //! pool (the prefix is in the checksum), truncated, or flipped is `Corrupt`; an older write of
@@ -49,11 +54,11 @@ use crate::RemoteError;
 /// Ids per group (one hash key).
 pub const GROUP_IDS: u64 = 512;
 
-/// Bytes of the header in front of every payload.
-pub const HEADER_LEN: usize = 32;
+/// Bytes of the trailer after every payload.
+pub const TRAILER_LEN: usize = 32;
 
 const MAGIC: [u8; 4] = *b"USWR";
-const VERSION: u16 = 1;
+const VERSION: u16 = 2;
 
 /// The per-store private key prefix: 128 random bits.
 #[derive(Clone, PartialEq, Eq)]
@@ -119,24 +124,25 @@ pub fn slot_of(key: &str) -> u16 {
     crc16::State::<crc16::XMODEM>::calculate(tag) % 16384
 }
 
-fn checksum(prefix: &Prefix, head: &[u8], payload: &[u8]) -> u32 {
-    crc32c::crc32c_append(crc32c::crc32c_append(prefix.crc_seed, head), payload)
+fn checksum(prefix: &Prefix, payload: &[u8], trailer: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c_append(prefix.crc_seed, payload), trailer)
 }
 
-/// The header of a value of `id` at `generation` holding `payload`.
-pub fn header(prefix: &Prefix, id: u64, generation: u64, payload: &[u8]) -> [u8; HEADER_LEN] {
-    let mut h = [0u8; HEADER_LEN];
+/// The trailer of a value of `id` at `generation` holding `payload` (written after it).
+pub fn trailer(prefix: &Prefix, id: u64, generation: u64, payload: &[u8]) -> [u8; TRAILER_LEN] {
+    let mut h = [0u8; TRAILER_LEN];
     h[0..4].copy_from_slice(&MAGIC);
     h[4..6].copy_from_slice(&VERSION.to_le_bytes());
     h[8..16].copy_from_slice(&id.to_le_bytes());
     h[16..24].copy_from_slice(&generation.to_le_bytes());
     h[24..28].copy_from_slice(&(payload.len() as u32).to_le_bytes());
-    let crc = checksum(prefix, &h[0..28], payload);
+    let crc = checksum(prefix, payload, &h[0..28]);
     h[28..32].copy_from_slice(&crc.to_le_bytes());
     h
 }
 
-/// Checks a value read for `id` (expecting the write of `generation`) and strips its header.
+/// Checks a value read for `id` (expecting the write of `generation`) and strips its trailer
+/// (in place: the payload stays where it is).
 pub fn open(
     prefix: &Prefix,
     id: u64,
@@ -144,10 +150,11 @@ pub fn open(
     mut value: Vec<u8>,
 ) -> Result<Vec<u8>, RemoteError> {
     let corrupt = |why: String| Err(RemoteError::Corrupt { id, why });
-    if value.len() < HEADER_LEN {
-        return corrupt(format!("{} bytes, shorter than the header", value.len()));
+    if value.len() < TRAILER_LEN {
+        return corrupt(format!("{} bytes, shorter than the trailer", value.len()));
     }
-    let h: [u8; HEADER_LEN] = value[..HEADER_LEN].try_into().expect("length checked");
+    let n = value.len() - TRAILER_LEN;
+    let h: [u8; TRAILER_LEN] = value[n..].try_into().expect("length checked");
     if h[0..4] != MAGIC {
         return corrupt("bad magic (not a uswap value)".into());
     }
@@ -156,14 +163,11 @@ pub fn open(
         return corrupt(format!("unknown value version {version}"));
     }
     let len = u32::from_le_bytes(h[24..28].try_into().expect("4 bytes")) as usize;
-    if len != value.len() - HEADER_LEN {
-        return corrupt(format!(
-            "header says {len} payload bytes, value holds {}",
-            value.len() - HEADER_LEN
-        ));
+    if len != n {
+        return corrupt(format!("trailer says {len} payload bytes, value holds {n}"));
     }
     let crc = u32::from_le_bytes(h[28..32].try_into().expect("4 bytes"));
-    if checksum(prefix, &h[0..28], &value[HEADER_LEN..]) != crc {
+    if checksum(prefix, &value[..n], &h[0..28]) != crc {
         return corrupt("checksum mismatch".into());
     }
     // the checksum holds, so these fields are what was written under this pool's prefix
@@ -182,7 +186,7 @@ pub fn open(
             },
         });
     }
-    value.drain(..HEADER_LEN);
+    value.truncate(n);
     Ok(value)
 }
 
@@ -191,8 +195,8 @@ mod tests {
     use super::*;
 
     fn value(prefix: &Prefix, id: u64, gen: u64, payload: &[u8]) -> Vec<u8> {
-        let mut v = header(prefix, id, gen, payload).to_vec();
-        v.extend_from_slice(payload);
+        let mut v = payload.to_vec();
+        v.extend_from_slice(&trailer(prefix, id, gen, payload));
         v
     }
 
@@ -219,7 +223,17 @@ mod tests {
         let other = Prefix::random().unwrap();
         assert!(is_corrupt(open(&other, 5, 9, good.clone())));
         // a flipped bit anywhere
-        for at in [0, 5, 8, 17, 25, 29, HEADER_LEN, HEADER_LEN + 4095] {
+        for at in [
+            0,
+            4095,
+            4096,
+            4101,
+            4104,
+            4113,
+            4121,
+            4125,
+            4096 + TRAILER_LEN - 1,
+        ] {
             let mut bad = good.clone();
             bad[at] ^= 0x10;
             assert!(is_corrupt(open(&p, 5, 9, bad)), "flip at {at}");
@@ -230,7 +244,11 @@ mod tests {
         long.push(0);
         assert!(is_corrupt(open(&p, 5, 9, long)));
         assert!(is_corrupt(open(&p, 5, 9, Vec::new())));
-        assert!(is_corrupt(open(&p, 5, 9, vec![0; 4096 + HEADER_LEN])));
+        assert!(is_corrupt(open(&p, 5, 9, vec![0; 4096 + TRAILER_LEN])));
+        // a value of the old layout (header first) is not taken for a payload
+        let mut old = good[4096..].to_vec();
+        old.extend_from_slice(&payload);
+        assert!(is_corrupt(open(&p, 5, 9, old)));
         // an older write of the same id is a lost write
         assert!(matches!(
             open(&p, 5, 10, good.clone()),

@@ -109,19 +109,22 @@ struct Deletes {
     draining: bool,
 }
 
-/// The value argument of an `HSET`: header and payload written straight into the command
+/// The value argument of an `HSET`: payload and trailer written straight into the command
 /// buffer (no intermediate copy of the payload).
 struct Framed<'a> {
-    header: [u8; layout::HEADER_LEN],
     payload: &'a [u8],
+    trailer: [u8; layout::TRAILER_LEN],
 }
 
 impl ToRedisArgs for Framed<'_> {
     fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        // Room for both parts first: the trailer appended to a buffer just grown to the
+        // payload doubled it (4 MiB for a unit; peak RSS +40 MiB on swap-w-seq 2m).
+        out.reserve_space_for_args([self.payload.len() + self.trailer.len()]);
         let mut arg = out.writer_for_next_arg();
         // the writer appends to the command's Vec: it cannot fail
-        let _ = arg.write_all(&self.header);
         let _ = arg.write_all(self.payload);
+        let _ = arg.write_all(&self.trailer);
     }
 }
 
@@ -414,9 +417,9 @@ impl Shared {
                 in_cmd = 0;
             }
             in_cmd += payload.len();
-            let header = layout::header(&self.prefix, *id, *generation, payload);
+            let trailer = layout::trailer(&self.prefix, *id, *generation, payload);
             pipe.arg(field(*id, *generation))
-                .arg(Framed { header, payload });
+                .arg(Framed { payload, trailer });
         }
         pipe.cmd("PEXPIRE")
             .arg(&key)
