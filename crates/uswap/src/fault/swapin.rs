@@ -31,7 +31,7 @@ pub(super) fn swap_in(
             r.counters.minflt.fetch_add(1, Relaxed);
             cache_hit(e, r, page, &en);
             super::map_from_frames(e, r, u, page, &[(slot, en.frame)], write);
-            fault_around(e, r, u, page);
+            fault_around(e, r, u, page, write);
         }
         Lookup::InFlight => {}
         Lookup::Miss => match e.tiers.meta.location(slot) {
@@ -107,11 +107,14 @@ fn cache_hits(e: &Engine, r: &RegionInner, last: u64, n: u32, read_ahead: u32) {
 /// that does not. Each would otherwise take a fault of its own, a userfaultfd round trip
 /// (seq-read 4k: 75 MB/s without, 420 with). Only on a stream: on random access
 /// (pmbench) mapping around every hit cost 5–17% of the accesses (2026-11-23, A/B), the
-/// pages mapped mostly unused. Mapped clean (write-protected, their slots stay valid)
-/// and counted as the hits they stand for, so that a stream's readahead window keeps
-/// growing. Not while a unit read is in flight: its completion looks at every page's
-/// copy. Under the unit's lock.
-fn fault_around(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64) {
+/// pages mapped mostly unused. Counted as the hits they stand for, so that a stream's
+/// readahead window keeps growing. Mapped as the hit was: after a read, clean
+/// (write-protected, their slots stay valid); after a write, dirty (writable, their slots
+/// stale), as a write stream writes them next — mapped clean, each took a write-protect
+/// fault, a round trip of its own (swap-w-seq 4k: 256,935 such faults, 16.8 s of pass 2).
+/// Not while a unit read is in flight: its completion looks at every page's copy. Under
+/// the unit's lock.
+fn fault_around(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64, write: bool) {
     let stream = r.cache_hit_next.swap(page + 1, Relaxed) == page;
     if !stream {
         r.around_win.store(0, Relaxed);
@@ -143,7 +146,7 @@ fn fault_around(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64) {
             .fault_around
             .fetch_add(copies.len() as u64, Relaxed);
         r.cache_hit_next.store(q, Relaxed);
-        super::map_from_frames(e, r, u, page + 1, &copies, false);
+        super::map_from_frames(e, r, u, page + 1, &copies, write);
     }
 }
 
