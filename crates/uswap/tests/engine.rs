@@ -18,6 +18,19 @@ fn pool(t: &Test, budget: u64) -> TestPool {
     t.pool(Pool::builder().budget(budget))
 }
 
+/// 64 MiB of 4 KiB units with VMA readahead: the regions fault-around serves.
+fn stream_region(p: &TestPool) -> uswap::Region {
+    p.region_with(
+        64 * MIB,
+        RegionOptions {
+            readahead: Some(ReadaheadPolicy::Vma),
+            unit: Some(UnitPolicy::Small),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
 fn fill(words: &[std::sync::atomic::AtomicU64], seed: u64) {
     for (i, w) in words.iter().enumerate() {
         w.store(mix(seed ^ i as u64), Relaxed);
@@ -330,16 +343,7 @@ fn readahead_policies_are_exact() {
 fn fault_around_maps_read_ahead_pages_exactly() {
     with_deadline(120, |t| {
         let p = pool(t, 16 * MIB);
-        let r = p
-            .region_with(
-                64 * MIB,
-                RegionOptions {
-                    readahead: Some(ReadaheadPolicy::Vma),
-                    unit: Some(UnitPolicy::Small),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+        let r = stream_region(&p);
         let pages = 64 * MIB / PAGE_SIZE as u64;
         fill(r.as_words(), 21);
         let before = r.counters();
@@ -367,16 +371,7 @@ fn fault_around_maps_read_ahead_pages_exactly() {
 fn fault_around_on_a_write_stream_maps_pages_writable() {
     with_deadline(120, |t| {
         let p = pool(t, 16 * MIB);
-        let r = p
-            .region_with(
-                64 * MIB,
-                RegionOptions {
-                    readahead: Some(ReadaheadPolicy::Vma),
-                    unit: Some(UnitPolicy::Small),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+        let r = stream_region(&p);
         let words = r.as_words();
         let per_page = PAGE_SIZE / 8;
         let pages = words.len() / per_page;
