@@ -87,7 +87,21 @@ pub struct UnitPages {
     /// wrote in between went unseen, so a clean eviction checks the pages against
     /// their checksums before it trusts their slots.
     pub clean_by_move: bool,
+    /// Resident pages that no tier took at their last eviction (they compress poorly
+    /// and no tier is behind the compressed pool): reclaim passes over them, and tries
+    /// them again after `kept_interval` evictions of the unit (their bytes may have
+    /// changed unseen: a dirty page is not write-protected), twice as many each time
+    /// they are refused again. A page loses its mark when it stops being resident.
+    kept: [u64; UNIT_PAGES / 64],
+    /// Evictions of the unit that passed over kept pages since they were last tried.
+    kept_passes: u8,
+    /// Evictions between tries (`KEPT_RETRY_MIN` up to `KEPT_RETRY_MAX`).
+    kept_interval: u8,
 }
+
+/// See `UnitPages::kept`.
+const KEPT_RETRY_MIN: u8 = 8;
+const KEPT_RETRY_MAX: u8 = 128;
 
 impl UnitPages {
     /// State of page `i` (0..512) of the unit.
@@ -96,7 +110,34 @@ impl UnitPages {
     }
     /// Set the state of page `i`.
     pub fn set(&mut self, i: usize, s: PageState) {
+        let stays_resident = matches!(s, PageState::Resident { .. })
+            && matches!(self.get(i), PageState::Resident { .. });
+        if !stays_resident {
+            self.kept[i / 64] &= !(1 << (i % 64));
+        }
         self.words[i] = s.pack();
+    }
+    /// Mark resident page `i` as one no tier takes (see `kept`).
+    pub(crate) fn keep(&mut self, i: usize) {
+        self.kept[i / 64] |= 1 << (i % 64);
+    }
+    /// Whether reclaim passes over page `i` now.
+    pub(crate) fn is_kept(&self, i: usize) -> bool {
+        self.kept[i / 64] & (1 << (i % 64)) != 0
+    }
+    /// An eviction of the unit begins: once every `kept_interval`, kept pages are
+    /// tried again (their marks go).
+    pub(crate) fn eviction_starts(&mut self) {
+        if self.kept.iter().all(|&w| w == 0) {
+            self.kept_interval = KEPT_RETRY_MIN;
+            return;
+        }
+        self.kept_passes += 1;
+        if self.kept_passes >= self.kept_interval {
+            self.kept = [0; UNIT_PAGES / 64];
+            self.kept_passes = 0;
+            self.kept_interval = (self.kept_interval * 2).min(KEPT_RETRY_MAX);
+        }
     }
 }
 
@@ -121,6 +162,9 @@ impl Unit {
                 unit_reads: 0,
                 prefetched: false,
                 clean_by_move: false,
+                kept: [0; UNIT_PAGES / 64],
+                kept_passes: 0,
+                kept_interval: KEPT_RETRY_MIN,
             }),
             referenced: AtomicBool::new(false),
             on_lru: AtomicBool::new(false),

@@ -107,6 +107,9 @@ pub(crate) struct Threads {
     /// eventfd that wakes the reclaim thread.
     kswapd_event: OwnedFd,
     kswapd_asleep: AtomicBool,
+    /// The reclaim thread's last pass could not reach its target (nothing more can
+    /// leave now: pages pinned, writes refused, the compressed pool full).
+    kswapd_stalled: AtomicBool,
     /// eventfds of the fault threads (shutdown).
     fault_events: Vec<OwnedFd>,
     handles: Mutex<Vec<JoinHandle<()>>>,
@@ -120,6 +123,7 @@ impl Threads {
         Ok(Threads {
             kswapd_event: eventfd()?,
             kswapd_asleep: AtomicBool::new(false),
+            kswapd_stalled: AtomicBool::new(false),
             fault_events: (0..fault_threads)
                 .map(|_| eventfd())
                 .collect::<Result<_>>()?,
@@ -158,6 +162,17 @@ impl Threads {
     /// The reclaim thread is about to sleep (a waker after this signals it).
     pub(crate) fn kswapd_sleeps(&self, asleep: bool) {
         self.kswapd_asleep.store(asleep, Release);
+    }
+
+    /// Whether the reclaim thread's last pass reached its target (`stalled` false) or
+    /// gave up.
+    pub(crate) fn kswapd_passed(&self, stalled: bool) {
+        self.kswapd_stalled.store(stalled, Release);
+    }
+
+    /// Whether waiting for the reclaim thread is futile now: its last pass gave up.
+    pub(crate) fn kswapd_stalled(&self) -> bool {
+        self.kswapd_stalled.load(Acquire)
     }
 
     pub(crate) fn is_shutdown(&self) -> bool {

@@ -106,6 +106,75 @@ fn compressed_only_keeps_what_it_cannot_store() {
     });
 }
 
+/// Pages of `word`'s pattern that compress poorly (every fifth) in `bytes`.
+fn random_pages(bytes: u64) -> u64 {
+    bytes / 4096 / 5
+}
+
+#[test]
+fn compressed_only_passes_over_pages_it_cannot_compress() {
+    with_deadline(120, |t| {
+        // Room for everything: the pool's share (60% of 48 MiB) holds the compressible
+        // pages; the rest of the budget holds the random ones, which stay resident.
+        let p = t.pool(
+            Pool::builder()
+                .budget(48 * MIB)
+                .tier(TierKind::Compressed)
+                .compressed_max_percent(60),
+        );
+        let r = p.region_with(64 * MIB, opts(UnitPolicy::Small)).unwrap();
+        for seed in [5, 6, 7] {
+            t.phase(format!("seed {seed}"));
+            fill(r.as_words(), seed);
+            check(r.as_words(), seed);
+        }
+        let c = p.counters();
+        assert!(c.zswpout > 0 && c.zswpin > 0, "{c:?}");
+        // Each pass writes every random page once more; a refused page is tried again
+        // only every eighth eviction of its unit. Refused at every eviction, each was
+        // moved out and back over and over.
+        let bound = 3 * 2 * random_pages(64 * MIB);
+        assert!(
+            c.zswap_reject_compress <= bound,
+            "pages that cannot compress moved out and back {} times (bound {bound}): {c:?}",
+            c.zswap_reject_compress
+        );
+        assert!(
+            c.peak_used_bytes <= 48 * MIB,
+            "peak {} over the budget: {c:?}",
+            c.peak_used_bytes
+        );
+    });
+}
+
+#[test]
+fn in_thread_faults_with_a_full_pool_go_over_budget_without_stalling() {
+    // The pool's share (5% of 24 MiB) cannot hold 64 MiB: reclaim stalls, and a fault
+    // served in the faulting thread must go over the budget, not wait for room that
+    // will not come (it waited 10 s at every fault).
+    with_deadline(120, |t| {
+        let p = t.pool(
+            Pool::builder()
+                .budget(24 * MIB)
+                .tier(TierKind::Compressed)
+                .compressed_max_percent(5),
+        );
+        let in_thread = RegionOptions {
+            fault_mode: Some(uswap::FaultMode::InThread),
+            ..Default::default()
+        };
+        let r = p.region_with(64 * MIB, in_thread).unwrap();
+        for seed in [8, 9] {
+            t.phase(format!("seed {seed}"));
+            fill(r.as_words(), seed);
+            check(r.as_words(), seed);
+        }
+        let c = p.counters();
+        assert!(c.zswpout > 0 && c.zswpin > 0, "{c:?}");
+        assert_eq!(c.poisoned, 0, "{c:?}");
+    });
+}
+
 #[test]
 fn compressed_tier_under_injected_write_errors_is_exact() {
     with_deadline(180, |t| {

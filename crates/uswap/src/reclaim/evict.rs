@@ -139,13 +139,22 @@ fn evict_unit(
         return 0;
     }
     let first = (ui * UNIT_PAGES) as u64;
-    let writable =
-        crate::writeback::can_write(e) || e.tiers.compressed.as_ref().is_some_and(|c| c.may_take());
-    // With writeback refused, only what leaves without a write may go: moving dirty
+    // With writeback refused (or no back tier), only what leaves without a write,
+    // and as many dirty pages as the compressed pool can take, may go: moving dirty
     // pages out only to put them back would spin.
+    let mut dirty_room = match crate::writeback::can_write(e) {
+        true => UNIT_PAGES,
+        false => e.tiers.compressed.as_ref().map_or(0, |c| c.room_pages()),
+    };
+    u.eviction_starts();
     let idx: Vec<usize> = (0..UNIT_PAGES)
         .filter(|&i| match u.get(i) {
-            s @ PageState::Resident { .. } => writable || leaves_without_write(s),
+            PageState::Resident { .. } if u.is_kept(i) => false,
+            s @ PageState::Resident { .. } if leaves_without_write(s) => true,
+            PageState::Resident { .. } if dirty_room > 0 => {
+                dirty_room -= 1;
+                true
+            }
             _ => false,
         })
         .collect();

@@ -191,6 +191,7 @@ pub(crate) fn run(e: &Arc<Engine>, mut ctx: ThreadCtx) {
             if let Some(target) = target {
                 let _a = e.fork.enter();
                 futile = !reclaim(e, &mut ctx, target);
+                e.threads.kswapd_passed(futile);
                 continue;
             }
             if wrote_back > 0 {

@@ -4,7 +4,9 @@
 //!
 //! - Store: an evicted page (or a whole 2 MiB unit, compressed as one entry) goes to
 //!   the pool if it compresses under the accept threshold and the pool is under its
-//!   share of the budget; otherwise to the back tier. Its slot (every swapped page has
+//!   share of the budget; otherwise to the back tier. With no back tier (`--tier
+//!   compressed`) a page that compresses poorly stays resident, marked so that
+//!   reclaim passes over it (`UnitPages::keep`). Its slot (every swapped page has
 //!   one) keys the entry; the slot's record says `Compressed`.
 //! - Load: a fault decompresses straight into a frame and maps it; the entry goes
 //!   (an exclusive load, as zswap does since 6.x: keeping both copies would spend the
@@ -177,8 +179,21 @@ impl Compressed {
             .max(CHUNK_GROWTH)
     }
 
-    /// Whether to try a store now (see `poor_run`).
+    /// Whether a page that compresses poorly stays resident, kept out of reclaim's
+    /// way (`UnitPages::keep`): with no tier behind the pool. Else it could only go
+    /// back into the region, and reclaim would pick it again and again
+    /// (`pmbench --tier compressed`, mixed data: a third of all evictions were such
+    /// round trips).
+    fn keeps_incompressible(&self) -> bool {
+        !self.writeback
+    }
+
+    /// Whether to try a store now (see `poor_run`). Always where refused pages are
+    /// kept: a page refused untried would be kept for nothing.
     fn worth_trying(&self) -> bool {
+        if self.keeps_incompressible() {
+            return true;
+        }
         let n = self.poor_run.load(Relaxed);
         n < POOR_RUN || n.is_multiple_of(POOR_RUN) || {
             self.poor_run.fetch_add(1, Relaxed);
@@ -186,13 +201,22 @@ impl Compressed {
         }
     }
 
-    /// Whether an evicted page may go here: room in the pool's share, and the recent
-    /// pages compressed (else one try in `POOR_RUN`). With no back tier behind the pool,
-    /// reclaim moves out only what this (or a clean copy) can take: pages moved out
-    /// only to be put back cost two moves each and free nothing (a livelock at every
-    /// fault once the pool is full).
-    pub(crate) fn may_take(&self) -> bool {
-        self.bytes() + PAGE_SIZE as u64 <= self.share.load(Relaxed) && self.worth_trying()
+    /// How many evicted pages this pool can surely take now: the room left in its
+    /// share, a page each (a stored page takes less); none while stores are skipped
+    /// for compressing poorly (one try in `POOR_RUN`).
+    /// While the back tier takes no writes (none, or refusing), reclaim moves out only
+    /// what this (or a clean copy) can take: pages moved out only to be put back cost
+    /// two moves each and free nothing (a livelock at every fault once the pool is
+    /// full: `pmbench --tier compressed` moved 1.2 M pages for 117 k stored).
+    pub(crate) fn room_pages(&self) -> usize {
+        if !self.worth_trying() {
+            return 0;
+        }
+        // Less what one store may grow the pool by beyond its object (a new zspage):
+        // else the last pages "with room" are refused as the pool grows, and go back.
+        let used = self.bytes() + (STORE_GROWTH as u64) * PAGE_SIZE as u64;
+        let room = self.share.load(Relaxed).saturating_sub(used);
+        room as usize / PAGE_SIZE
     }
 
     /// Whether the pool wants writeback: past 15/16 of its share, or a store was
@@ -437,6 +461,9 @@ pub(crate) fn store_pages(
                 Err(why) => {
                     c.note(why == Reject::PoorCompression);
                     full = why == Reject::PoolFull;
+                    if why == Reject::PoorCompression && c.keeps_incompressible() {
+                        u.keep(p as usize % UNIT_PAGES);
+                    }
                     rejected(e, c, r, why, 1);
                     rest_p.push(p);
                     rest_f.push(f);
