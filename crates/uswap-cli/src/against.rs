@@ -93,6 +93,8 @@ struct RunOut {
     oom: OomStats,
     memcg_peak: Option<u64>,
     zram_mem_used_max: Option<u64>,
+    /// zswap's largest pool during the run (sampled; not charged to a v1 memcg).
+    zswap_pool_max: Option<u64>,
     /// The kernel side was OOM-killed in its memcg (`bench` is null).
     oom_killed: bool,
 }
@@ -129,11 +131,16 @@ fn run_side(
     let before = kswap::vmstat();
     let t0 = Instant::now();
     let mut child = spawn_in(&cg, &argv, true)?;
+    let zswap_peak = ks
+        .as_deref()
+        .filter(|k| k.is_zswap())
+        .map(|_| kswap::ZswapPeak::start());
     let dog = Watchdog::start(child.id());
     let mut out = String::new();
     let read = child.stdout.take().map(|mut s| s.read_to_string(&mut out));
     let status = child.wait();
     child_done();
+    let zswap_pool_max = zswap_peak.map(kswap::ZswapPeak::stop);
     let timeout_s = dog.limit_s;
     let timed_out = dog.fired();
     let wall_s = t0.elapsed().as_secs_f64();
@@ -167,6 +174,7 @@ fn run_side(
             oom,
             memcg_peak,
             zram_mem_used_max,
+            zswap_pool_max,
             oom_killed: true,
         });
     }
@@ -227,6 +235,7 @@ fn run_side(
         oom,
         memcg_peak,
         zram_mem_used_max,
+        zswap_pool_max,
         oom_killed: false,
     })
 }
@@ -321,6 +330,9 @@ fn metrics(r: &RunOut) -> BTreeMap<String, f64> {
     if let Some(z) = r.zram_mem_used_max {
         m.insert("zram_mem_used_max_MiB".into(), z as f64 / MIB);
     }
+    if let Some(z) = r.zswap_pool_max {
+        m.insert("zswap_pool_max_MiB".into(), z as f64 / MIB);
+    }
     m
 }
 
@@ -374,6 +386,9 @@ fn run_json(r: &RunOut) -> Value {
     o.insert("oom_killed".into(), json!(r.oom_killed));
     if let Some(z) = r.zram_mem_used_max {
         o.insert("zram_mem_used_max_bytes".into(), json!(z));
+    }
+    if let Some(z) = r.zswap_pool_max {
+        o.insert("zswap_pool_max_bytes".into(), json!(z));
     }
     Value::Object(o)
 }
@@ -460,6 +475,27 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         ));
     }
     header.push("uswap side: kernel swap off, memcg swappiness 0".into());
+    // zram's memory and zswap's pool are not charged to the kernel side's (v1) memory
+    // cgroup: at equal total memory, uswap's budget (its compressed pool included)
+    // gets them as well.
+    let equal_memory = matches!(kind, Kind::Zram | Kind::Zswap);
+    if equal_memory {
+        header.push(format!(
+            "equal total memory: each uswap run's budget is {} + the {} (peak) of the \
+             kernel run before it{}",
+            fs(budget),
+            match kind {
+                Kind::Zram => "zram memory",
+                _ => "zswap pool",
+            },
+            if sides.contains(&Side::Kernel) {
+                ""
+            } else {
+                " (no kernel run here: uswap keeps its budget)"
+            }
+        ));
+    }
+    let mut uswap_args = args.clone();
     for l in &header {
         eprintln!("{l}");
     }
@@ -467,12 +503,25 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     let mut runs: Vec<RunOut> = Vec::new();
     for i in 0..repeat {
         for &side in &sides {
-            eprintln!("[{}/{repeat}] {} side ...", i + 1, side.name());
+            let (side_args, side_limit) = match side {
+                Side::Kernel => (args, limit),
+                Side::Uswap => (&uswap_args, uswap_args.budget + ALLOWANCE),
+            };
+            eprintln!(
+                "[{}/{repeat}] {} side ...{}",
+                i + 1,
+                side.name(),
+                if side == Side::Uswap && equal_memory {
+                    format!(" (budget {})", fs(side_args.budget))
+                } else {
+                    String::new()
+                }
+            );
             let r = run_side(
-                args,
+                side_args,
                 &h,
                 side,
-                limit,
+                side_limit,
                 if side == Side::Kernel {
                     ks.as_mut()
                 } else {
@@ -499,6 +548,9 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
                     String::new()
                 }
             );
+            if let (true, Some(z)) = (equal_memory, r.zram_mem_used_max.or(r.zswap_pool_max)) {
+                uswap_args.budget = budget + z.next_multiple_of(1 << 20);
+            }
             runs.push(r);
         }
     }
@@ -593,9 +645,16 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
                     .into(),
             );
         }
+        if let Some(z) = km.get("zswap_pool_max_MiB") {
+            table.push(format!(
+                "  zswap pool (not charged to a v1 memcg): max {z:.1} MiB; uswap's budget had \
+                 it too (equal total memory)"
+            ));
+        }
         if let Some(z) = km.get("zram_mem_used_max_MiB") {
             table.push(format!(
-                "  zram compressed memory (not charged to a v1 memcg): max {z:.1} MiB"
+                "  zram compressed memory (not charged to a v1 memcg): max {z:.1} MiB; uswap's \
+                 budget had it too (equal total memory)"
             ));
         }
     }
@@ -641,6 +700,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         "budget": budget,
         "allowance": ALLOWANCE,
         "memcg_limit": limit,
+        "equal_memory": equal_memory,
         "threads": args.threads,
         "repeat": repeat,
         "cgroup": h.version.name(),

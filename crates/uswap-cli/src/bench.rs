@@ -239,9 +239,12 @@ impl MemoryKind {
 pub enum Against {
     /// Kernel swap to a swap file next to uswap's.
     Kernel,
-    /// Kernel swap to zram of the same size.
+    /// Kernel swap to zram of the same size; zram's memory is not charged to the kernel
+    /// side's memory cgroup, so each uswap run's budget gets zram's peak memory of the
+    /// kernel run before it too (equal total memory).
     Zram,
-    /// Kernel swap with zswap in front of the swap file.
+    /// Kernel swap with zswap in front of the swap file; zswap's pool is not charged to a
+    /// v1 memory cgroup either, so each uswap run's budget gets its peak too.
     Zswap,
 }
 

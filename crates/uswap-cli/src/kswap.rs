@@ -113,6 +113,52 @@ pub fn write_knob(path: &Path, value: &str) -> Result<(), String> {
         .map_err(|e| format!("write {value:?} to {}: {e}", path.display()))
 }
 
+/// zswap's pool now, in bytes (/proc/meminfo `Zswap:`): memory a v1 memcg does not
+/// charge (the bench's cgroup showed 2 MiB of kmem beside a 263 MiB pool).
+pub fn zswap_pool_bytes() -> Option<u64> {
+    let m = fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: u64 = m
+        .lines()
+        .find_map(|l| l.strip_prefix("Zswap:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
+/// The largest zswap pool seen while it runs (zswap keeps no peak of its own):
+/// /proc/meminfo every 10 ms.
+pub struct ZswapPeak {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<u64>,
+}
+
+impl ZswapPeak {
+    pub fn start() -> ZswapPeak {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut peak = 0;
+            loop {
+                peak = peak.max(zswap_pool_bytes().unwrap_or(0));
+                if flag.load(std::sync::atomic::Ordering::Relaxed) {
+                    return peak;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        });
+        ZswapPeak { stop, thread }
+    }
+
+    /// Stop sampling; the peak in bytes.
+    pub fn stop(self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap_or(0)
+    }
+}
+
 fn read_knob(path: &Path) -> Result<String, String> {
     fs::read_to_string(path)
         .map(|s| s.trim().to_string())
@@ -474,6 +520,11 @@ impl KernelSwap {
             .nth(4)?
             .parse()
             .ok()
+    }
+
+    /// Whether this is zswap in front of a swap file.
+    pub fn is_zswap(&self) -> bool {
+        self.zswap_compressor.is_some()
     }
 
     /// Undo everything; collects every error rather than stopping at the first.

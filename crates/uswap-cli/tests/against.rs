@@ -270,10 +270,12 @@ fn check_both_sides(j: &Value) {
         }
     }
     for r in j["kernel"]["runs"].as_array().unwrap() {
-        let out = r["vmstat_delta"]["pswpout"].as_u64().unwrap_or(0);
+        // Pages zswap keeps count as zswpout, not pswpout.
+        let v = &r["vmstat_delta"];
+        let out = v["pswpout"].as_u64().unwrap_or(0) + v["zswpout"].as_u64().unwrap_or(0);
         assert!(
             out > 0,
-            "the kernel side did not swap out (pswpout {out}): {r}"
+            "the kernel side did not swap out (pswpout + zswpout {out}): {r}"
         );
     }
     assert!(
@@ -343,20 +345,60 @@ fn zram_against_cleans_up_zram() {
         "zram",
         "128M",
         "32M",
+        &["--tier", "compressed"],
         &[],
-        &[("USWAP_BENCH_SIDES", "kernel")],
     );
     let (j, _) = ok_json(&out);
+    check_both_sides(&j);
     let r = &j["kernel"]["runs"][0];
     assert_eq!(r["bench"]["verify"], "ok");
     assert!(
         r["vmstat_delta"]["pswpout"].as_u64().unwrap_or(0) > 0,
         "zram did not swap: {r}"
     );
+    // Equal total memory: uswap's budget is the kernel's plus zram's memory.
+    let zram = r["zram_mem_used_max_bytes"]
+        .as_u64()
+        .expect("zram's memory");
+    assert!(zram > 0, "{r}");
+    let u = &j["uswap"]["runs"][0]["bench"];
+    assert_eq!(
+        u["budget"].as_u64(),
+        Some((32 << 20) + zram.next_multiple_of(1 << 20)),
+        "uswap's budget at equal total memory: {u}"
+    );
+    assert_eq!(j["equal_memory"], true);
     assert!(!zram_in_use(), "zram0 left initialised");
     assert_eq!(
         std::fs::read_to_string("/sys/block/zram0/comp_algorithm").unwrap(),
         alg
+    );
+    assert_eq!(leftovers(), before, "something was left behind");
+}
+
+#[test]
+fn zswap_against_runs_at_equal_memory() {
+    let m = machine();
+    let before = m.before();
+    let out = run_against(
+        "swap-w-seq",
+        "zswap",
+        "128M",
+        "32M",
+        &["--tier", "compressed+file"],
+        &[],
+    );
+    let (j, _) = ok_json(&out);
+    check_both_sides(&j);
+    let r = &j["kernel"]["runs"][0];
+    let pool = r["zswap_pool_max_bytes"].as_u64().expect("zswap's pool");
+    assert!(pool > 0, "zswap stored nothing: {r}");
+    // zswap's pool is not charged to the kernel side's v1 memcg: uswap gets it too.
+    let u = &j["uswap"]["runs"][0]["bench"];
+    assert_eq!(
+        u["budget"].as_u64(),
+        Some((32 << 20) + pool.next_multiple_of(1 << 20)),
+        "uswap's budget at equal total memory: {u}"
     );
     assert_eq!(leftovers(), before, "something was left behind");
 }
