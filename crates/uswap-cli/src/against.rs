@@ -140,7 +140,16 @@ fn run_side(
     let read = child.stdout.take().map(|mut s| s.read_to_string(&mut out));
     let status = child.wait();
     child_done();
-    let zswap_pool_max = zswap_peak.map(kswap::ZswapPeak::stop);
+    let zswap_pool_max = zswap_peak.and_then(|p| {
+        let peak = p.stop();
+        if peak.is_none() {
+            eprintln!(
+                "uswap: warning: no `Zswap:` line in /proc/meminfo: zswap's pool could not be \
+                 measured, and uswap's budget does not include it"
+            );
+        }
+        peak
+    });
     let timeout_s = dog.limit_s;
     let timed_out = dog.fired();
     let wall_s = t0.elapsed().as_secs_f64();

@@ -132,19 +132,23 @@ pub fn zswap_pool_bytes() -> Option<u64> {
 /// /proc/meminfo every 10 ms.
 pub struct ZswapPeak {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: std::thread::JoinHandle<u64>,
+    thread: std::thread::JoinHandle<Option<u64>>,
 }
 
 impl ZswapPeak {
     pub fn start() -> ZswapPeak {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = stop.clone();
+        // The pool is system-wide: what it held before the run is not the run's.
+        let base = zswap_pool_bytes();
         let thread = std::thread::spawn(move || {
-            let mut peak = 0;
+            let mut peak = None;
             loop {
-                peak = peak.max(zswap_pool_bytes().unwrap_or(0));
+                if let Some(now) = zswap_pool_bytes() {
+                    peak = Some(peak.unwrap_or(0).max(now));
+                }
                 if flag.load(std::sync::atomic::Ordering::Relaxed) {
-                    return peak;
+                    return peak.map(|p: u64| p.saturating_sub(base.unwrap_or(0)));
                 }
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
@@ -152,10 +156,11 @@ impl ZswapPeak {
         ZswapPeak { stop, thread }
     }
 
-    /// Stop sampling; the peak in bytes.
-    pub fn stop(self) -> u64 {
+    /// Stop sampling; the peak in bytes over what the pool held at the start (None:
+    /// this kernel's /proc/meminfo has no `Zswap:` line).
+    pub fn stop(self) -> Option<u64> {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        self.thread.join().unwrap_or(0)
+        self.thread.join().ok().flatten()
     }
 }
 

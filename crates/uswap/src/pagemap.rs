@@ -130,13 +130,14 @@ impl UnitPages {
     pub(crate) fn eviction_starts(&mut self) {
         if self.kept.iter().all(|&w| w == 0) {
             self.kept_interval = KEPT_RETRY_MIN;
+            self.kept_passes = 0;
             return;
         }
         self.kept_passes += 1;
         if self.kept_passes >= self.kept_interval {
             self.kept = [0; UNIT_PAGES / 64];
             self.kept_passes = 0;
-            self.kept_interval = (self.kept_interval * 2).min(KEPT_RETRY_MAX);
+            self.kept_interval = self.kept_interval.saturating_mul(2).min(KEPT_RETRY_MAX);
         }
     }
 }
@@ -377,5 +378,47 @@ mod tests {
         ] {
             assert_eq!(PageState::unpack(s.pack()), s);
         }
+    }
+
+    fn unit_with_kept_page() -> UnitPages {
+        let mut u = Unit::new().pages.into_inner().unwrap();
+        let resident = PageState::Resident {
+            dirty: true,
+            slot: None,
+        };
+        u.set(3, resident);
+        u.keep(3);
+        u.set(3, resident); // put back after a refused store: still kept
+        u
+    }
+
+    #[test]
+    fn kept_pages_are_retried_ever_less_often_up_to_the_cap() {
+        let mut u = unit_with_kept_page();
+        // Retried after 8, 16, 32, 64, 128, then every 128 evictions (no overflow).
+        for interval in [8u32, 16, 32, 64, 128, 128, 128] {
+            for _ in 1..interval {
+                u.eviction_starts();
+                assert!(u.is_kept(3), "retried before {interval} evictions");
+            }
+            u.eviction_starts();
+            assert!(!u.is_kept(3), "not retried after {interval} evictions");
+            u.keep(3); // refused again
+        }
+    }
+
+    #[test]
+    fn a_page_that_stops_being_resident_loses_its_mark() {
+        let mut u = unit_with_kept_page();
+        u.set(3, PageState::Swapped(7));
+        assert!(!u.is_kept(3));
+        u.set(
+            3,
+            PageState::Resident {
+                dirty: true,
+                slot: None,
+            },
+        );
+        assert!(!u.is_kept(3), "a page faulted back in starts unmarked");
     }
 }

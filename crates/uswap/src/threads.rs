@@ -19,7 +19,7 @@ use crate::slots::SlotCursor;
 use crate::sys::mem::{eventfd, signal_eventfd};
 use crate::sys::uffd::{Fault, MSG_SIZE};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -107,9 +107,11 @@ pub(crate) struct Threads {
     /// eventfd that wakes the reclaim thread.
     kswapd_event: OwnedFd,
     kswapd_asleep: AtomicBool,
-    /// The reclaim thread's last pass could not reach its target (nothing more can
-    /// leave now: pages pinned, writes refused, the compressed pool full).
-    kswapd_stalled: AtomicBool,
+    /// Passes of the reclaim thread begun, and the last one that could not reach its
+    /// target (nothing more can leave now: pages pinned, writes refused, the
+    /// compressed pool full; 0: none).
+    kswapd_passes: AtomicU64,
+    kswapd_stalled_pass: AtomicU64,
     /// eventfds of the fault threads (shutdown).
     fault_events: Vec<OwnedFd>,
     handles: Mutex<Vec<JoinHandle<()>>>,
@@ -123,7 +125,8 @@ impl Threads {
         Ok(Threads {
             kswapd_event: eventfd()?,
             kswapd_asleep: AtomicBool::new(false),
-            kswapd_stalled: AtomicBool::new(false),
+            kswapd_passes: AtomicU64::new(0),
+            kswapd_stalled_pass: AtomicU64::new(0),
             fault_events: (0..fault_threads)
                 .map(|_| eventfd())
                 .collect::<Result<_>>()?,
@@ -164,15 +167,29 @@ impl Threads {
         self.kswapd_asleep.store(asleep, Release);
     }
 
-    /// Whether the reclaim thread's last pass reached its target (`stalled` false) or
-    /// gave up.
-    pub(crate) fn kswapd_passed(&self, stalled: bool) {
-        self.kswapd_stalled.store(stalled, Release);
+    /// A pass of the reclaim thread begins; its number.
+    pub(crate) fn kswapd_pass_begins(&self) -> u64 {
+        self.kswapd_passes.fetch_add(1, AcqRel) + 1
     }
 
-    /// Whether waiting for the reclaim thread is futile now: its last pass gave up.
-    pub(crate) fn kswapd_stalled(&self) -> bool {
-        self.kswapd_stalled.load(Acquire)
+    /// Pass `pass` of the reclaim thread ended; `stalled`: it gave up.
+    pub(crate) fn kswapd_pass_ends(&self, pass: u64, stalled: bool) {
+        if stalled {
+            self.kswapd_stalled_pass.fetch_max(pass, AcqRel);
+        }
+    }
+
+    /// Passes of the reclaim thread begun so far (see `kswapd_stalled_since`).
+    pub(crate) fn kswapd_passes(&self) -> u64 {
+        self.kswapd_passes.load(Acquire)
+    }
+
+    /// Whether a pass of the reclaim thread begun after `passes` (a reading of
+    /// `kswapd_passes`) gave up: waiting for it is futile now. A pass under way at the
+    /// reading, or one that gave up long before (the pressure may differ now), does not
+    /// count.
+    pub(crate) fn kswapd_stalled_since(&self, passes: u64) -> bool {
+        self.kswapd_stalled_pass.load(Acquire) > passes
     }
 
     pub(crate) fn is_shutdown(&self) -> bool {

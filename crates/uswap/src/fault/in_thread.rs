@@ -131,15 +131,17 @@ fn fault(e: &Engine, r: &Arc<RegionInner>, page: u64) -> bool {
     let active = e.fork.enter();
     // Room for the page and its read's frame. No direct reclaim here (it needs a
     // thread's ring): wait for the reclaim thread while it makes progress, and go
-    // over the budget once its pass gives up (as a fault thread does after two
-    // passes of its own) or after 10 s, rather than hang: waiting out the 10 s at
-    // every fault made a program whose pool was full stop for good.
+    // over the budget once a pass of it begun since gives up (as a fault thread does
+    // after two passes of its own) or after 10 s, rather than hang: waiting out the
+    // 10 s at every fault made a program whose pool was full stop for good.
     let t = std::time::Instant::now();
+    let passes = e.threads.kswapd_passes();
     let mut force = false;
     while !e.budget.try_reserve(2, force) {
         e.threads.wake_kswapd();
         std::thread::sleep(std::time::Duration::from_micros(50));
-        force = e.threads.kswapd_stalled() || t.elapsed() > std::time::Duration::from_secs(10);
+        force = e.threads.kswapd_stalled_since(passes)
+            || t.elapsed() > std::time::Duration::from_secs(10);
         if force {
             e.diag.over_budget();
         }

@@ -190,8 +190,9 @@ pub(crate) fn run(e: &Arc<Engine>, mut ctx: ThreadCtx) {
             }
             if let Some(target) = target {
                 let _a = e.fork.enter();
+                let pass = e.threads.kswapd_pass_begins();
                 futile = !reclaim(e, &mut ctx, target);
-                e.threads.kswapd_passed(futile);
+                e.threads.kswapd_pass_ends(pass, futile);
                 continue;
             }
             if wrote_back > 0 {

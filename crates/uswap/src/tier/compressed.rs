@@ -209,14 +209,15 @@ impl Compressed {
     /// two moves each and free nothing (a livelock at every fault once the pool is
     /// full: `pmbench --tier compressed` moved 1.2 M pages for 117 k stored).
     pub(crate) fn room_pages(&self) -> usize {
-        if !self.worth_trying() {
-            return 0;
-        }
         // Less what one store may grow the pool by beyond its object (a new zspage):
         // else the last pages "with room" are refused as the pool grows, and go back.
         let used = self.bytes() + (STORE_GROWTH as u64) * PAGE_SIZE as u64;
-        let room = self.share.load(Relaxed).saturating_sub(used);
-        room as usize / PAGE_SIZE
+        let room = self.share.load(Relaxed).saturating_sub(used) as usize / PAGE_SIZE;
+        // (Asked only with room: each skipped try counts towards the next real one.)
+        if room == 0 || !self.worth_trying() {
+            return 0;
+        }
+        room
     }
 
     /// Whether the pool wants writeback: past 15/16 of its share, or a store was
