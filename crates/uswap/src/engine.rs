@@ -180,6 +180,9 @@ impl Engine {
             diag: Diagnostics::default(),
             cfg,
         });
+        // Warm frames hold memory whenever they are full: charged for the pool's life.
+        engine.budget.reserve_metadata(engine.frames.warm_bytes());
+        engine.budget.commit_metadata(engine.frames.warm_bytes());
         if let Some(c) = &engine.tiers.compressed {
             // What the pool holds from the start (its tables, a unit store's buffer).
             crate::tier::compressed::charge_pool(&engine, c);

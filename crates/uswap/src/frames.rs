@@ -17,6 +17,14 @@
 //! I/O never touches the new copy (the shadow-page design this replaces put every
 //! copy of region page *i* at shadow page *i*, and lost data exactly there), and no
 //! request ever points at memory that a region unmap could hand to a new mapping.
+//!
+//! A few 4 KiB frames given back are kept populated (`warm`) for the next read or
+//! decompression, which overwrites a frame whole: a frame zapped when given back
+//! costs a `process_madvise` (with a TLB flush across the process's vCPUs) and, at
+//! its next use, a kernel fault that allocates, zeroes and charges a page, on the
+//! path of every 4 KiB swap-in. Warm frames are never handed out as a UFFDIO_MOVE
+//! destination (eviction), which must be empty. Their memory is charged to the
+//! budget as fixed metadata, full or not.
 
 use crate::error::Result;
 use crate::sys::mem::{map_aligned, unmap, Zapper};
@@ -168,10 +176,12 @@ pub(crate) enum Site {
     Written,
     /// Retagged: a copy whose mapping failed, put back as clean.
     Unmapped,
+    /// Given back and kept populated for the next read (`Frames::warm`).
+    Warm,
 }
 
 impl Site {
-    const ALL: [Site; 11] = [
+    const ALL: [Site; 12] = [
         Site::SwapIn,
         Site::Readahead,
         Site::InThread,
@@ -183,6 +193,7 @@ impl Site {
         Site::Writing,
         Site::Written,
         Site::Unmapped,
+        Site::Warm,
     ];
 }
 
@@ -200,6 +211,28 @@ pub(crate) struct Frames {
     /// Who took each 4 KiB frame and each 2 MiB frame (`Site`), for diagnostics.
     small_site: Box<[AtomicU8]>,
     huge_site: Box<[AtomicU8]>,
+    /// 4 KiB frames given back but kept populated, marked used in the bitmap (so
+    /// `alloc` never hands them to eviction) and tagged `Site::Warm`; at most
+    /// `warm_cap`.
+    warm: Mutex<Vec<usize>>,
+    warm_cap: usize,
+}
+
+/// Warm frames per budget: one per 512 pages of budget (2 MiB), 4 to 64 (256 KiB).
+/// `USWAP_WARM_FRAMES=N` sets the number (0: none, every frame zapped when given
+/// back), to compare.
+fn warm_capacity(budget_pages: usize) -> usize {
+    match std::env::var("USWAP_WARM_FRAMES")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        Some(n) => n.min(1024),
+        None => default_warm_capacity(budget_pages),
+    }
+}
+
+fn default_warm_capacity(budget_pages: usize) -> usize {
+    (budget_pages / UNIT_PAGES).clamp(4, 64)
 }
 
 impl Frames {
@@ -207,6 +240,12 @@ impl Frames {
     /// frame, plus slack for the moments it runs over (virtual space only: nothing
     /// is touched until used).
     pub(crate) fn new(budget: u64) -> Result<Frames> {
+        let pages = (budget / PAGE_SIZE as u64) as usize;
+        Frames::with_warm(budget, warm_capacity(pages))
+    }
+
+    /// [`Frames::new`] with `warm_cap` warm frames.
+    fn with_warm(budget: u64, warm_cap: usize) -> Result<Frames> {
         let pages = (budget / PAGE_SIZE as u64) as usize;
         let small = Arena::new(pages + 4 * UNIT_PAGES, PAGE_SIZE, false)?;
         let units = pages / UNIT_PAGES + 4;
@@ -221,7 +260,35 @@ impl Frames {
                 .map(|_| AtomicU8::new(0))
                 .collect(),
             huge_site: (0..units).map(|_| AtomicU8::new(0)).collect(),
+            warm: Mutex::new(Vec::new()),
+            warm_cap,
         })
+    }
+
+    /// Bytes the warm frames may hold: charged to the budget for the pool's life.
+    pub(crate) fn warm_bytes(&self) -> u64 {
+        (self.warm_cap * PAGE_SIZE) as u64
+    }
+
+    /// One 4 KiB frame for a read or a decompression, which must overwrite it whole
+    /// before anything reads it: a warm one (populated, with stale bytes) if any.
+    pub(crate) fn alloc_to_fill(&self, site: Site) -> Option<usize> {
+        let warm = self.warm_list().pop();
+        if let Some(a) = warm {
+            self.small_site[self.small.index(a)].store(site as u8, Relaxed);
+            self.in_use.fetch_add(1, Relaxed);
+            return Some(a);
+        }
+        self.alloc_one(site)
+    }
+
+    /// Whether 4 KiB frame `i` is kept warm (given back).
+    fn is_warm(&self, i: usize) -> bool {
+        self.small_site[i].load(Relaxed) == Site::Warm as u8
+    }
+
+    fn warm_list(&self) -> std::sync::MutexGuard<'_, Vec<usize>> {
+        self.warm.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Register both arenas with `uffd` (write-protect mode: MOVE may target them,
@@ -286,14 +353,35 @@ impl Frames {
     }
 
     /// Give back the frames of `pages` (addresses of 4 KiB pages, each owned by the
-    /// caller): their memory is zapped first, so a frame handed out again is empty
-    /// (UFFDIO_MOVE refuses a destination that is not). A page of a 2 MiB frame
-    /// gives back only its share: the frame goes when its last page does.
+    /// caller): kept warm while there is room (for reads only), else zapped first, so
+    /// that a frame `alloc` hands out again is empty (UFFDIO_MOVE refuses a
+    /// destination that is not). A page of a 2 MiB frame gives back only its share:
+    /// the frame goes when its last page does.
     pub(crate) fn free(&self, zapper: &Zapper, pages: &[usize]) {
         let mut zap: Vec<(usize, usize)> = Vec::new();
         let mut small: Vec<usize> = Vec::new();
         let mut huge: Vec<usize> = Vec::new();
+        let mut warm = (self.warm_cap > 0).then(|| self.warm_list());
         for &a in pages {
+            if let Some(w) = warm.as_mut().filter(|_| self.small.contains(a)) {
+                let i = self.small.index(a);
+                if self.is_warm(i) {
+                    self.double_frees.fetch_add(1, Relaxed);
+                    continue;
+                }
+                if w.len() < self.warm_cap {
+                    // A frame free in the bitmap is given back twice: kept warm, it
+                    // could go to a read and to eviction at once. (Past the stash,
+                    // `release` counts it.)
+                    if !self.small.map().is_used(i) {
+                        self.double_frees.fetch_add(1, Relaxed);
+                        continue;
+                    }
+                    self.small_site[i].store(Site::Warm as u8, Relaxed);
+                    w.push(a);
+                    continue;
+                }
+            }
             if self.huge.contains(a) {
                 let i = self.huge.index(a);
                 let before = self.huge_live[i].fetch_sub(1, Relaxed);
@@ -312,6 +400,7 @@ impl Frames {
                 small.push(self.small.index(a));
             }
         }
+        drop(warm);
         zapper.zap(&zap);
         if !small.is_empty() {
             let mut m = self.small.map();
@@ -337,7 +426,12 @@ impl Frames {
 
     /// Give back 4 KiB frames whose pages were moved out (nothing to zap).
     pub(crate) fn free_moved(&self, addr: usize, pages: usize) {
-        let twice = self.small.map().release(self.small.index(addr), pages);
+        let first = self.small.index(addr);
+        let mut m = self.small.map();
+        // A frame kept warm was given back already: a double free, left warm.
+        let twice: usize = (first..first + pages)
+            .map(|i| if self.is_warm(i) { 1 } else { m.release(i, 1) })
+            .sum();
         self.double_frees.fetch_add(twice as u64, Relaxed);
         self.in_use.fetch_sub(pages as u64, Relaxed);
     }
@@ -401,7 +495,8 @@ impl Frames {
             let m = a.map();
             let mut n = [0u64; 16];
             for i in 0..a.frames {
-                if m.is_used(i) {
+                // (warm frames are given back, not in use)
+                if m.is_used(i) && sites[i].load(Relaxed) != Site::Warm as u8 {
                     n[sites[i].load(Relaxed) as usize & 15] += 1;
                 }
             }
@@ -425,6 +520,7 @@ impl Frames {
             (self.small.base, self.small.len()),
             (self.huge.base, self.huge.len()),
         ]);
+        self.warm_list().clear();
         *self.small.map() = Bitmap::new(self.small.frames);
         *self.huge.map() = Bitmap::new(self.huge.frames);
         for l in self.huge_live.iter() {
@@ -450,5 +546,67 @@ mod tests {
         assert_eq!(b.alloc_run(8), Some((10, 5)));
         assert_eq!(b.alloc_run(8), Some((120, 2)));
         assert_eq!(b.free, 0);
+    }
+
+    /// A frame given back stays populated for the next read, never for eviction (a
+    /// UFFDIO_MOVE destination must be empty); past the stash's room frames are zapped;
+    /// every way of giving a frame back twice is counted.
+    #[test]
+    fn warm_frames_serve_reads_only() {
+        let f = Frames::with_warm(64 << 20, 32).expect("arenas");
+        assert_eq!(default_warm_capacity(16384), 32, "one per 2 MiB of budget");
+        assert_eq!(f.warm_bytes(), 32 * PAGE_SIZE as u64);
+        let z = Zapper::new();
+        let a = f.alloc_to_fill(Site::SwapIn).expect("a frame");
+        f.page_mut(a).fill(0x5a);
+        f.free(&z, &[a]);
+        assert_eq!(f.in_use_pages(), 0);
+        assert_eq!(f.in_use_by_site(), "4 KiB frames: [], 2 MiB frames: []");
+        // Eviction takes only empty frames: every other frame before this one.
+        let mut runs = Vec::new();
+        let n = f.small.frames - 1;
+        assert_eq!(f.alloc(n + 1, &mut runs, Site::Evict), n);
+        assert!(runs
+            .iter()
+            .all(|&(b, len)| a < b || a >= b + len * PAGE_SIZE));
+        // A read gets it back, populated (its bytes are overwritten whole).
+        assert_eq!(f.alloc_to_fill(Site::Readahead), Some(a));
+        assert!(f.page(a).iter().all(|&b| b == 0x5a));
+        f.free(&z, &[a]);
+        f.free(&z, &[a]);
+        assert_eq!(f.double_frees.load(Relaxed), 1);
+        f.free_moved(a, 1);
+        assert_eq!(f.double_frees.load(Relaxed), 2, "moved out of a warm frame");
+        assert_eq!(
+            f.warm_list().len(),
+            1,
+            "still warm, still used in the bitmap"
+        );
+        // Past its room, frames given back are zapped and go back to the bitmap.
+        let frames: Vec<usize> = runs
+            .iter()
+            .flat_map(|&(b, len)| (0..len).map(move |k| b + k * PAGE_SIZE))
+            .take(40)
+            .collect();
+        for &fr in &frames {
+            f.page_mut(fr).fill(0xa5);
+        }
+        f.free(&z, &frames);
+        assert_eq!(f.warm_list().len(), 32);
+        assert_eq!(f.small.map().free, 9);
+        for &fr in &frames[31..] {
+            assert!(f.page(fr).iter().all(|&b| b == 0), "not zapped");
+        }
+        // A frame free in the bitmap given back again is counted, not kept warm.
+        f.warm_list().pop();
+        f.free(&z, &frames[39..]);
+        assert_eq!(f.double_frees.load(Relaxed), 3);
+        assert_eq!(f.warm_list().len(), 31);
+        // After a fork the child's frames are all free and empty.
+        f.reset_after_fork(&z);
+        assert!(f.warm_list().is_empty());
+        assert_eq!(f.small.map().free, f.small.frames);
+        assert!(f.page(a).iter().all(|&b| b == 0));
+        assert!(f.page(frames[0]).iter().all(|&b| b == 0));
     }
 }

@@ -22,7 +22,8 @@ macro_rules! counters {
             pub resident_bytes: u64,
             /// Bytes held in the swap cache now (clean copies and pages under I/O).
             pub cached_bytes: u64,
-            /// Bytes of engine metadata (page maps, swap map) counted against the budget.
+            /// Bytes of engine metadata (page maps, swap map, warm frames) counted against
+            /// the budget.
             pub metadata_bytes: u64,
             /// Highest resident + cached + metadata seen.
             pub peak_used_bytes: u64,

@@ -273,7 +273,7 @@ fn queue_unit_read(
     let mut a = 0;
     while a < UNIT_PAGES {
         let mut b = a + 1;
-        while b < UNIT_PAGES && slots[b] == slots[b - 1] + 1 {
+        while b < UNIT_PAGES && slots[b] == slots[b - 1] + 1 && e.tiers.continues(slots[b - 1]) {
             b += 1;
         }
         let mut op = Op::new(

@@ -239,6 +239,81 @@ fn a_primary_killed_mid_run_loses_nothing() {
     });
 }
 
+/// Values lost on the cluster with checksums off: each page whose value is gone reads
+/// as lost (a system call's copy gets EFAULT where the program would get SIGBUS), never
+/// as zeros or as another page's bytes, which nothing else would catch (a read's frame
+/// may hold the last page read into it).
+#[test]
+fn lost_values_without_checksums_are_poisoned_not_read() {
+    with_deadline(300, |t| {
+        let c = Cluster::start(22400);
+        let p = t.pool(
+            Pool::builder()
+                .budget(16 * MIB)
+                .tier(TierKind::Remote)
+                .remote(c.nodes())
+                .checksums(false),
+        );
+        let r = p
+            .region_with(
+                48 * MIB,
+                RegionOptions {
+                    unit: Some(UnitPolicy::Small),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        fill(r.as_words(), 5);
+        check(r.as_words(), 5);
+        for &port in &c.ports {
+            if c.cli(port, &["role"]).starts_with("master") {
+                assert_eq!(c.cli(port, &["flushall"]).trim(), "OK");
+            }
+        }
+        // SAFETY: memfd_create with a NUL-terminated name; the fd is fresh and ours.
+        let memfd = unsafe { libc::memfd_create(c"uswap-lost".as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(
+            memfd >= 0,
+            "memfd_create: {}",
+            std::io::Error::last_os_error()
+        );
+        let pages = r.as_words().len() / 512;
+        let (mut lost, mut exact) = (0, 0);
+        for page in 0..pages {
+            let src = r.as_ptr() as usize + page * 4096;
+            // SAFETY: the kernel copies 4 KiB of the region's live mapping into the memfd
+            // (a fault on it is served by the pool, or fails with EFAULT when lost).
+            let n = unsafe { libc::pwrite(memfd, src as *const libc::c_void, 4096, 0) };
+            if n < 0 {
+                let err = std::io::Error::last_os_error();
+                assert_eq!(err.raw_os_error(), Some(libc::EFAULT), "page {page}: {err}");
+                lost += 1;
+                continue;
+            }
+            let mut buf = [0u64; 512];
+            // SAFETY: reads 4 KiB into a live buffer of that length.
+            let m = unsafe { libc::pread(memfd, buf.as_mut_ptr().cast(), 4096, 0) };
+            assert_eq!(m, 4096);
+            for (k, &w) in buf.iter().enumerate() {
+                assert_eq!(
+                    w,
+                    word(5, page * 512 + k),
+                    "page {page} word {k}: not its bytes"
+                );
+            }
+            exact += 1;
+        }
+        // SAFETY: closes the memfd made above.
+        unsafe { libc::close(memfd) };
+        let n = p.counters();
+        assert!(
+            lost > pages / 2,
+            "{lost} of {pages} pages lost, {exact} exact: {n:?}"
+        );
+        assert_eq!(n.poisoned, lost as u64, "{n:?}");
+    });
+}
+
 #[test]
 fn a_cluster_down_at_start_is_a_clear_error() {
     // Nothing listens there.

@@ -252,7 +252,7 @@ fn read_in(
     page: u64,
     slot: crate::slots::Slot,
 ) {
-    let Some(frame) = e.frames.alloc_one(crate::frames::Site::InThread) else {
+    let Some(frame) = e.frames.alloc_to_fill(crate::frames::Site::InThread) else {
         // No frame free now: the access runs again once reclaim trimmed the cache.
         e.threads.wake_kswapd();
         return;

@@ -36,7 +36,7 @@ pub(super) fn swap_in(
         Lookup::InFlight => {}
         Lookup::Miss => match e.tiers.meta.location(slot) {
             Location::Back => {
-                let Some(frame) = e.frames.alloc_one(crate::frames::Site::SwapIn) else {
+                let Some(frame) = e.frames.alloc_to_fill(crate::frames::Site::SwapIn) else {
                     // No frame free (the cache took every one): retry once reclaim
                     // has trimmed it.
                     e.threads.wake_kswapd();
@@ -240,7 +240,7 @@ fn try_readahead(
     if e.tiers.meta.location(s) != Location::Back || e.cache.get(s).is_some() {
         return;
     }
-    let Some(frame) = e.frames.alloc_one(crate::frames::Site::Readahead) else {
+    let Some(frame) = e.frames.alloc_to_fill(crate::frames::Site::Readahead) else {
         return;
     };
     let mut en = Entry::new(
@@ -262,7 +262,7 @@ fn try_readahead(
     }
 }
 
-/// Queue reads, one request per run of consecutive slots of one region.
+/// Queue reads, one request per run of consecutive slots of one region in one file.
 fn queue_reads(
     e: &Engine,
     ctx: &mut ThreadCtx,
@@ -276,6 +276,7 @@ fn queue_reads(
             && reads[j].0.id == reads[i].0.id
             && reads[j].2 == reads[j - 1].2 + 1
             && j - i < UNIT_PAGES
+            && e.tiers.continues(reads[j - 1].2)
         {
             j += 1;
         }
@@ -300,11 +301,15 @@ pub(crate) fn verify_read(
     res: i32,
 ) -> Option<(Op, Vec<bool>)> {
     let full = res >= 0 && res as usize == op.bytes();
+    let lost = std::mem::take(&mut op.lost);
     let good: Vec<bool> = if full {
         op.frames
             .iter()
             .enumerate()
             .map(|(k, &f)| {
+                if lost.get(k).copied().unwrap_or(false) {
+                    return false; // counted by the tier (remote_lost)
+                }
                 let ok = e.tiers.verify_page(&e.frames, op.slot + k as u64, f);
                 if !ok {
                     op.region.counters.swap_csum_fail.fetch_add(1, Relaxed);

@@ -146,7 +146,12 @@ fn evict_unit(
         true => UNIT_PAGES,
         false => e.tiers.compressed.as_ref().map_or(0, |c| c.room_pages()),
     };
-    u.eviction_starts();
+    // Kept pages come due for a retry only over evictions that could take them: a
+    // retry that falls due while the pool has no room would wait, marks cleared, and
+    // then every kept page of the unit would be tried at once when room came.
+    if dirty_room > 0 {
+        u.eviction_starts();
+    }
     let idx: Vec<usize> = (0..UNIT_PAGES)
         .filter(|&i| match u.get(i) {
             PageState::Resident { .. } if u.is_kept(i) => false,

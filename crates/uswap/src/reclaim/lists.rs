@@ -155,7 +155,7 @@ pub(super) fn trim_inactive(e: &Engine, need: i64) -> i64 {
             }
             i = j;
         }
-        // Under no unit lock: a frame is handed out again only after it is zapped.
+        // Under no unit lock: a frame is zapped here (or kept warm, for a read only).
         e.frames.free(&e.zapper, &frames);
         e.budget.uncharge(Gauge::Cached, frames.len() as i64);
         if !busy.is_empty() {

@@ -531,7 +531,7 @@ pub(crate) fn fault(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64, s
     match c.handle_of(slot) {
         Some((h, true)) => load_unit(e, c, r, u, page, h),
         Some((h, false)) => {
-            let Some(frame) = e.frames.alloc_one(crate::frames::Site::Compressed) else {
+            let Some(frame) = e.frames.alloc_to_fill(crate::frames::Site::Compressed) else {
                 e.threads.wake_kswapd();
                 let _ = r.uffd.wake(r.page_addr(page), PAGE_SIZE);
                 return;
@@ -784,7 +784,7 @@ fn write_back(
             .unwrap_or_default()
     } else {
         e.frames
-            .alloc_one(crate::frames::Site::Compressed)
+            .alloc_to_fill(crate::frames::Site::Compressed)
             .map(|f| vec![f])
             .unwrap_or_default()
     };

@@ -188,6 +188,19 @@ impl SwapFile {
         self.base
     }
 
+    /// Whether slot `slot + 1` lives in the same file as `slot`, right after it, so
+    /// that one request may cover both. Not where an inherited file ends: the next
+    /// slot is in the next file (a request located by its first slot would read the
+    /// rest past that file's end, or from bytes of another process).
+    pub fn continues(&self, slot: u64) -> bool {
+        let next = slot + 1;
+        next != self.base
+            && !self
+                .inherited
+                .iter()
+                .any(|f| next == f.first || next == f.end)
+    }
+
     /// In the child after fork: the file in use becomes the parent's, read-only here,
     /// with `refs` pages of this process in it; new slots start past it, in a file
     /// of the child's own made on first need (same placement; a block device is
@@ -755,6 +768,31 @@ mod tests {
             link.to_string_lossy().ends_with(" (deleted)"),
             "swap file has a name: {link:?}"
         );
+    }
+
+    /// After forks, slots run on from each inherited file into the next one and into
+    /// the process's own: no request may cover a slot on both sides of such a border.
+    #[test]
+    fn requests_never_run_past_an_inherited_file() {
+        let mut f = SwapFile::open(None, None).unwrap();
+        let end1 = f.ensure(3 << 20).unwrap() / 4096;
+        assert!(
+            f.continues(0) && f.continues(end1 - 1),
+            "one file, no border"
+        );
+        f.fork_child(&[(0, 1)]);
+        assert_eq!(f.base(), end1);
+        assert!(f.continues(end1 - 2));
+        assert!(
+            !f.continues(end1 - 1),
+            "parent's last slot, then the child's first"
+        );
+        let end2 = f.ensure((end1 * 4096) + (3 << 20)).unwrap() / 4096;
+        assert!(f.continues(end1) && f.continues(end2 - 2));
+        f.fork_child(&[(0, 1), (end1, 1)]);
+        assert!(!f.continues(end1 - 1), "first inherited file ends");
+        assert!(!f.continues(end2 - 1), "second inherited file ends");
+        assert!(f.continues(end2), "the grandchild's own file");
     }
 
     #[test]

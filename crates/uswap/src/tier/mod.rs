@@ -56,6 +56,11 @@ pub struct Op {
     pub attempt: u8,
     /// Part of a whole-unit (2 MiB) swap-in: map the unit whole when all parts are in.
     pub unit_read: bool,
+    /// A read's pages whose bytes did not come back (a remote value missing, lost or
+    /// damaged) although the request completed: bad whatever their frames hold (with
+    /// checksums off nothing else would tell, and a frame may hold another page's
+    /// bytes). Empty: none.
+    pub lost: Vec<bool>,
     iov: Vec<libc::iovec>,
 }
 
@@ -82,6 +87,7 @@ impl Op {
             slot,
             attempt: 0,
             unit_read: false,
+            lost: Vec::new(),
             iov,
         }
     }
@@ -361,6 +367,12 @@ impl Tiers {
             }),
             _ => f.ensure(need + f.base() * PAGE_SIZE as u64).map(|_| ()),
         }
+    }
+
+    /// Whether one request may read slots `slot` and `slot + 1` together (both in
+    /// one file: after a fork, slots run on from an inherited file into the next).
+    pub(crate) fn continues(&self, slot: Slot) -> bool {
+        self.file().continues(slot)
     }
 
     /// Start `op` on the back tier, on this thread.

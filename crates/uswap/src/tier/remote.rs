@@ -436,8 +436,8 @@ impl RemoteCtx {
 
     /// Completions in: finished requests with their results. A write that did not
     /// count fails (-EIO: written elsewhere, or kept); a read completes whole, and a
-    /// page that did not come back keeps its frame's zeros, fails its checksum, and is
-    /// read again, then poisoned (the other pages of the request are good).
+    /// page that did not come back is marked lost in it (`Op::lost`): read again, then
+    /// poisoned (the other pages of the request are good).
     pub(crate) fn drain(
         &mut self,
         remote: &Remote,
@@ -467,7 +467,17 @@ impl RemoteCtx {
                     }
                 }
                 (Ok(_), None) => {}
-                _ => p.failed = true,
+                (_, wanted) => {
+                    p.failed = true;
+                    if p.op.kind == OpKind::Read {
+                        let n = p.op.pages.len();
+                        p.op.lost.resize(n, false);
+                        match wanted {
+                            Some(w) => w.pages.iter().for_each(|&(k, _)| p.op.lost[k] = true),
+                            None => p.op.lost.fill(true),
+                        }
+                    }
+                }
             }
             p.left -= 1;
             if p.left == 0 {

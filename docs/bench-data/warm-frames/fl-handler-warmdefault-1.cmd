@@ -1,0 +1,1 @@
+ uswap bench fault-latency --size 512M --budget 128M --fault-mode handler --json
