@@ -71,6 +71,41 @@ fn in_thread_regions_are_exact_across_swap_out_and_in() {
     pool.check_invariants().unwrap();
 }
 
+/// A write to a swapped page comes back dirty and writable on its one trap (x86-64's
+/// signal frame says the access was a write), not clean and then trapping again to be
+/// unprotected; its bytes are the ones swapped out.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn a_write_to_a_swapped_page_traps_once() {
+    let _w = watchdog(120);
+    let pool = Pool::builder().budget(16 * MIB).build().unwrap();
+    let r = pool.region_with(64 * MIB, in_thread()).unwrap();
+    let words = r.as_words();
+    fill(words, 1);
+    let before = r.counters();
+    // The first access to each page is a write of word 0 (after checking it).
+    for (i, w) in words.iter().enumerate().step_by(WORDS_PER_PAGE) {
+        let old = w.swap(mix(3 ^ i as u64), Relaxed);
+        let want = if i % 7 == 0 { mix(1 ^ i as u64) } else { 0 }; // as `fill` left it
+        assert_eq!(old, want, "word {i}: not its bytes");
+    }
+    let c = r.counters();
+    let (majflt, wpflt) = (c.majflt - before.majflt, c.wpflt - before.wpflt);
+    assert!(majflt > 1000, "pages were not swapped in: {c:?}");
+    assert!(
+        wpflt * 20 < majflt,
+        "{wpflt} write-protect faults after {majflt} major faults by writes"
+    );
+    // The rest of each page as filled.
+    for (i, w) in words.iter().enumerate().step_by(7) {
+        if i % WORDS_PER_PAGE != 0 {
+            // (the words `fill` wrote that the loop above did not overwrite)
+            assert_eq!(w.load(Relaxed), mix(1 ^ i as u64), "word {i}");
+        }
+    }
+    pool.check_invariants().unwrap();
+}
+
 #[test]
 fn many_threads_fault_in_their_own_pages_and_each_others() {
     let _w = watchdog(180);

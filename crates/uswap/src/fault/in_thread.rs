@@ -7,8 +7,9 @@
 //! thread woken on either side (a wake-up across vCPUs costs ~20 µs each way on this
 //! VM, twice per fault in the handler-thread design). Reads are synchronous O_DIRECT
 //! preads of the back tier into a frame (on the remote tier: a read on the thread's own
-//! connection to the primary, waited for here), mapped with UFFDIO_COPY (write-protected:
-//! the page is clean until written; a write then traps once more and unprotects it).
+//! connection to the primary, waited for here), mapped with UFFDIO_COPY: dirty and
+//! writable for a write access (x86-64's signal frame says which), else write-protected
+//! (the page is clean until written; a write then traps once more and unprotects it).
 //! Swap-cache hits, readahead results and writes in flight are served as usual; a
 //! page whose read is in flight on a fault thread is waited for.
 //!
@@ -72,12 +73,33 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, uctx: *mut
     let (addr, code) = unsafe { ((*info).si_addr() as usize, (*info).si_code) };
     // A userfaultfd fault raises BUS_ADRERR; a poisoned page BUS_MCEERR_AR (or also
     // BUS_ADRERR without CONFIG_MEMORY_FAILURE: `serve` tells them apart by state).
-    if code == libc::BUS_ADRERR && serve(addr) {
+    if code == libc::BUS_ADRERR && serve(addr, is_write(uctx)) {
         set_errno(errno);
         return;
     }
     set_errno(errno);
     chain(sig, info, uctx);
+}
+
+/// Whether the faulting access was a write. On x86-64 the signal frame carries the page
+/// fault's error code (bit 1: a write); a write fault on a swapped page then maps it
+/// dirty and writable at once, as a fault thread does, instead of clean and then
+/// trapping a second time to unprotect it. Elsewhere: false (that second trap).
+fn is_write(uctx: *mut libc::c_void) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if uctx.is_null() {
+            return false;
+        }
+        // SAFETY: an SA_SIGINFO handler's third argument is the interrupted context.
+        let uc = unsafe { &*(uctx as *const libc::ucontext_t) };
+        uc.uc_mcontext.gregs[libc::REG_ERR as usize] & 2 != 0
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = uctx;
+        false
+    }
 }
 
 fn set_errno(value: libc::c_int) {
@@ -110,7 +132,7 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, uctx: *mut libc::c_void) 
 
 /// Serve a fault at `addr` if it is in an in-thread region of some pool. True: the
 /// access may run again.
-fn serve(addr: usize) -> bool {
+fn serve(addr: usize, write: bool) -> bool {
     let engines = ENGINES.lock().unwrap_or_else(|p| p.into_inner());
     let found = engines.iter().find_map(|w| {
         let e = w.upgrade()?;
@@ -122,12 +144,13 @@ fn serve(addr: usize) -> bool {
         return false;
     };
     let page = ((addr - r.base) / PAGE_SIZE) as u64;
-    fault(&e, &r, page)
+    fault(&e, &r, page, write)
 }
 
-/// The fault of one page, served here. Returns when the access may run again: true,
-/// or false when the page's bytes are lost (the program's SIGBUS).
-fn fault(e: &Engine, r: &Arc<RegionInner>, page: u64) -> bool {
+/// The fault of one page (`write`: by a write access), served here. Returns when the
+/// access may run again: true, or false when the page's bytes are lost (the program's
+/// SIGBUS).
+fn fault(e: &Engine, r: &Arc<RegionInner>, page: u64, write: bool) -> bool {
     let active = e.fork.enter();
     // Room for the page and its read's frame. No direct reclaim here (it needs a
     // thread's ring): wait for the reclaim thread while it makes progress, and go
@@ -200,14 +223,14 @@ fn fault(e: &Engine, r: &Arc<RegionInner>, page: u64) -> bool {
             let _ = r.uffd.poison(addr, PAGE_SIZE);
             return false;
         }
-        PageState::Swapped(slot) => match e.cache.fault_lookup(slot, false) {
+        PageState::Swapped(slot) => match e.cache.fault_lookup(slot, write) {
             Lookup::Hit(en) => {
                 r.counters.minflt.fetch_add(1, Relaxed);
                 r.counters.swapcache_hit.fetch_add(1, Relaxed);
                 if en.readahead {
                     r.counters.swap_ra_hit.fetch_add(1, Relaxed);
                 }
-                super::map_from_frames(e, r, &mut u, page, &[(slot, en.frame)], false);
+                super::map_from_frames(e, r, &mut u, page, &[(slot, en.frame)], write);
             }
             Lookup::InFlight => {
                 // A fault thread's read or a write is in flight: its completion maps
@@ -226,7 +249,7 @@ fn fault(e: &Engine, r: &Arc<RegionInner>, page: u64) -> bool {
                 return true;
             }
             Lookup::Miss => match e.tiers.meta.location(slot) {
-                Location::Back => read_in(e, r, &mut u, page, slot),
+                Location::Back => read_in(e, r, &mut u, page, slot, write),
                 Location::Compressed => crate::tier::compressed::fault(e, r, &mut u, page, slot),
                 Location::None => {
                     e.diag.internal(&format!(
@@ -243,14 +266,15 @@ fn fault(e: &Engine, r: &Arc<RegionInner>, page: u64) -> bool {
 }
 
 /// Read page `page` (swapped to `slot` on the back tier) with a synchronous O_DIRECT
-/// pread into a frame, check it (with encryption: decrypt it), map it clean. Under
-/// the unit's lock.
+/// pread into a frame, check it (with encryption: decrypt it), map it: clean, or
+/// dirty for a write (`write`). Under the unit's lock.
 fn read_in(
     e: &Engine,
     r: &RegionInner,
     u: &mut crate::pagemap::UnitPages,
     page: u64,
     slot: crate::slots::Slot,
+    write: bool,
 ) {
     let Some(frame) = e.frames.alloc_to_fill(crate::frames::Site::InThread) else {
         // No frame free now: the access runs again once reclaim trimmed the cache.
@@ -295,8 +319,8 @@ fn read_in(
         return;
     }
     r.counters.pswpin.fetch_add(1, Relaxed);
-    // Clean: mapped write-protected, the slot stays valid. `map_from_frames` wants
-    // the slot's cache reference, as a copy from the cache has.
+    // Clean (mapped write-protected, the slot stays valid) unless written. As a copy
+    // from the cache, it holds the slot's cache reference for `map_from_frames`.
     e.slots.set_cache(slot);
-    super::map_from_frames(e, r, u, page, &[(slot, frame)], false);
+    super::map_from_frames(e, r, u, page, &[(slot, frame)], write);
 }
