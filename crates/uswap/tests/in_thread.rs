@@ -106,6 +106,45 @@ fn a_write_to_a_swapped_page_traps_once() {
     pool.check_invariants().unwrap();
 }
 
+/// A fault that finds its page's write (or read) in flight waits for the completion to
+/// map it; when that mapping fails (injected UFFDIO_COPY failures) the copy goes back to
+/// the cache clean and the fault must map it itself on its next try, not wait for good.
+/// Random rewrites over a region half again the budget touch pages under write often.
+#[test]
+fn a_fault_waiting_on_io_whose_mapping_fails_maps_it_itself() {
+    let _w = watchdog(120);
+    let pool = Pool::builder()
+        .budget(16 * MIB)
+        .inject_io_errors(FaultInjection {
+            fail_map_every: 5,
+            ..Default::default()
+        })
+        .build()
+        .unwrap();
+    let r = pool.region_with(24 * MIB, in_thread()).unwrap();
+    let words = r.as_words();
+    let pages = words.len() / WORDS_PER_PAGE;
+    let mut version = vec![0u64; pages];
+    let value = |p: usize, v: u64| mix(((p as u64) << 32) | v);
+    let mut x = 1u64;
+    for _ in 0..100_000 {
+        x = mix(x);
+        let p = x as usize % pages;
+        let w = &words[p * WORDS_PER_PAGE];
+        let want = if version[p] == 0 {
+            0
+        } else {
+            value(p, version[p])
+        };
+        assert_eq!(w.load(Relaxed), want, "page {p} at version {}", version[p]);
+        version[p] += 1;
+        w.store(value(p, version[p]), Relaxed);
+    }
+    let c = r.counters();
+    assert!(c.pswpout > 0 && c.pswpin > 0, "{c:?}");
+    pool.check_invariants().unwrap();
+}
+
 #[test]
 fn many_threads_fault_in_their_own_pages_and_each_others() {
     let _w = watchdog(180);

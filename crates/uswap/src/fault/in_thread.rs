@@ -241,9 +241,18 @@ fn fault(e: &Engine, r: &Arc<RegionInner>, page: u64, write: bool) -> bool {
                 drop(u);
                 drop(room);
                 drop(active);
-                while matches!(r.unit_of(page).lock().get(i), PageState::Swapped(s) if s == slot)
-                    && !r.is_dead()
-                {
+                // While the I/O is still in flight: completions map under the unit's
+                // lock, so under it a page still swapped whose copy is clean or gone (a
+                // completion could not map it, then reclaim may have dropped the copy)
+                // is this fault's to map, on its next try.
+                let in_flight = || {
+                    let u = r.unit_of(page).lock();
+                    matches!(u.get(i), PageState::Swapped(s) if s == slot)
+                        && e.cache
+                            .get(slot)
+                            .is_some_and(|en| en.state != crate::swap_cache::CacheState::Clean)
+                };
+                while in_flight() && !r.is_dead() {
                     std::thread::sleep(std::time::Duration::from_micros(20));
                 }
                 return true;
