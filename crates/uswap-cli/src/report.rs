@@ -156,10 +156,11 @@ impl Report {
         let nodes = self.remote.as_deref()?;
         let run = |k: &str| self.counters.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
         Some(format!(
-            "{nodes}: writes {} ({}), reads {} ({}; {} direct), retries {}, failovers {}, \
-             lost {}; read p50 {} us, p99 {} us",
+            "{nodes}: writes {} ({}, {} stored), reads {} ({}; {} direct), retries {}, \
+             failovers {}, lost {}; read p50 {} us, p99 {} us",
             run("remote_writes"),
             uswap::format_size(run("remote_bytes_out")),
+            uswap::format_size(run("remote_stored_bytes_out")),
             run("remote_reads"),
             uswap::format_size(run("remote_bytes_in")),
             run("remote_direct_reads"),

@@ -45,6 +45,10 @@ pub struct RemoteConfig {
     /// the runtime; the runtime stays the fallback). Off: reads go through the runtime only.
     /// Never with TLS.
     pub direct_reads: bool,
+    /// Store values lz4-compressed when that saves at least an eighth (fewer bytes on the
+    /// wire, in the cluster's RAM and in its replication; the value's checksum covers the
+    /// stored bytes). Off: every value is stored as it is.
+    pub compress: bool,
 }
 
 impl Default for RemoteConfig {
@@ -63,6 +67,7 @@ impl Default for RemoteConfig {
             write_connections: 2,
             runtime_threads: 2,
             direct_reads: true,
+            compress: true,
         }
     }
 }
@@ -84,6 +89,7 @@ impl std::fmt::Debug for RemoteConfig {
             .field("write_connections", &self.write_connections)
             .field("runtime_threads", &self.runtime_threads)
             .field("direct_reads", &self.direct_reads)
+            .field("compress", &self.compress)
             .finish()
     }
 }

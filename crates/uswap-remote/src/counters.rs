@@ -12,6 +12,7 @@ pub(crate) struct Counters {
     pub writes: AtomicU64,
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
+    pub stored_bytes_out: AtomicU64,
     pub write_errors: AtomicU64,
     pub not_replicated: AtomicU64,
     pub read_errors: AtomicU64,
@@ -90,8 +91,10 @@ pub struct RemoteCounters {
     pub writes: u64,
     /// Payload bytes read (trailers not counted).
     pub bytes_in: u64,
-    /// Payload bytes written and acknowledged.
+    /// Payload bytes written and acknowledged (as the engine gave them).
     pub bytes_out: u64,
+    /// ... as stored in the cluster: compressed where lz4 paid (trailers not counted).
+    pub stored_bytes_out: u64,
     /// Write batches that completed with an error (the caller keeps those pages).
     pub write_errors: u64,
     /// ... of which: the replicas did not confirm in time.
@@ -147,6 +150,7 @@ impl Counters {
             writes: l(&self.writes),
             bytes_in: l(&self.bytes_in),
             bytes_out: l(&self.bytes_out),
+            stored_bytes_out: l(&self.stored_bytes_out),
             write_errors: l(&self.write_errors),
             not_replicated: l(&self.not_replicated),
             read_errors: l(&self.read_errors),

@@ -477,6 +477,119 @@ fn keys_left_by_a_killed_process_expire() {
     });
 }
 
+/// A page that lz4 shrinks to about a third: words from a small vocabulary, varied by id.
+fn text_page(id: u64, seed: u64, len: usize) -> Vec<u8> {
+    let words: [&[u8]; 6] = [b"alpha ", b"swap ", b"page ", b"fault ", b"unit ", b"slot "];
+    let mut v = Vec::with_capacity(len + 16);
+    let mut x = id.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ seed;
+    while v.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(words[(x % 6) as usize]);
+        if x.is_multiple_of(5) {
+            v.extend_from_slice(&id.to_le_bytes());
+        }
+    }
+    v.truncate(len);
+    v
+}
+
+#[test]
+fn compressible_values_are_stored_compressed_and_read_back_exact() {
+    let cluster = Cluster::start(21240, DEADLINE);
+    let store = RemoteStore::connect(cluster.config()).expect("connect");
+    let efd = eventfd();
+    let client = store.client(Some(efd.as_fd())).unwrap();
+    // text-like pages, zero pages and noise, interleaved; 2 MiB text-like units
+    let want = |id: u64| match id % 3 {
+        0 => text_page(id, 1, 4096),
+        1 => vec![0u8; 4096],
+        _ => page(id, 1, 4096),
+    };
+    let ids: Vec<u64> = (0..600u64).collect();
+    store
+        .put_batch_blocking(ids.iter().map(|&id| (id, want(id))).collect())
+        .expect("pages written");
+    let units: Vec<u64> = (0..4u64).map(|u| 2_000_000 + u * 512).collect();
+    store
+        .put_batch_blocking(
+            units
+                .iter()
+                .map(|&id| (id, text_page(id, 2, 2 << 20)))
+                .collect(),
+        )
+        .expect("units written");
+    let c = store.counters();
+    let raw = (ids.len() * 4096 + units.len() * (2 << 20)) as u64;
+    assert_eq!(c.bytes_out, raw, "{c:?}");
+    assert!(
+        c.stored_bytes_out < raw / 2,
+        "text and zeros stored compressed: {} of {raw} bytes",
+        c.stored_bytes_out
+    );
+    // in the cluster: a text page's value is smaller than the page, noise's is not
+    let stored_len = |id: u64| {
+        let l = store.location(id).unwrap();
+        let port = cluster
+            .primary_of_slot(cluster.keyslot(&l.key))
+            .unwrap()
+            .port;
+        cluster.hget_raw(port, &l.key, &l.field).unwrap().len()
+    };
+    assert!(
+        stored_len(3) < 4096 / 2,
+        "text page: {} bytes",
+        stored_len(3)
+    );
+    assert!(stored_len(5) > 4096, "noise: {} bytes", stored_len(5));
+    // back exact: through the runtime, and on the thread's own connections
+    for (&id, got) in ids.iter().zip(store.get_batch_blocking(&ids)) {
+        assert_eq!(got, Ok(want(id)), "id {id}");
+    }
+    for (&id, got) in units.iter().zip(store.get_batch_blocking(&units)) {
+        assert!(
+            got.as_ref().ok() == Some(&text_page(id, 2, 2 << 20)),
+            "unit {id}"
+        );
+    }
+    let mut d = client.direct().expect("direct reads without TLS");
+    direct_reads_exact(&mut d, &client, &ids, |id| Ok(want(id)));
+    direct_reads_exact(&mut d, &client, &ids, |id| Ok(want(id)));
+    direct_reads_exact(&mut d, &client, &units, |id| Ok(text_page(id, 2, 2 << 20)));
+    // a flipped bit in a compressed value is caught, not decompressed into a page
+    let l = store.location(3).unwrap();
+    let port = cluster
+        .primary_of_slot(cluster.keyslot(&l.key))
+        .unwrap()
+        .port;
+    let mut bad = cluster.hget_raw(port, &l.key, &l.field).unwrap();
+    bad[10] ^= 0x40;
+    cluster.hset_raw(port, &l.key, &l.field, &bad);
+    assert!(matches!(
+        store.get_blocking(3),
+        Err(RemoteError::Corrupt { id: 3, .. })
+    ));
+    let c = store.counters();
+    assert_eq!((c.lost, c.write_errors), (0, 0), "{c:?}");
+    store.close().unwrap();
+
+    // with compression off every value is stored as it is
+    let mut cfg = cluster.config();
+    cfg.compress = false;
+    let plain = RemoteStore::connect(cfg).expect("connect");
+    plain
+        .put_batch_blocking(ids.iter().map(|&id| (id, want(id))).collect())
+        .unwrap();
+    let c = plain.counters();
+    assert_eq!(c.stored_bytes_out, c.bytes_out, "{c:?}");
+    for (&id, got) in ids.iter().zip(plain.get_batch_blocking(&ids)) {
+        assert_eq!(got, Ok(want(id)), "id {id}");
+    }
+    plain.close().unwrap();
+    assert_eq!(cluster.total_keys(), 0);
+}
+
 #[test]
 fn prefixes_are_private() {
     let cluster = Cluster::start(21180, DEADLINE);

@@ -235,6 +235,7 @@ impl Engine {
             c.remote_writes = rc.writes;
             c.remote_bytes_in = rc.bytes_in;
             c.remote_bytes_out = rc.bytes_out;
+            c.remote_stored_bytes_out = rc.stored_bytes_out;
             c.remote_retries = rc.retries;
             c.remote_failovers = rc.failovers_seen;
             c.remote_lost = rc.lost + rc.corrupt;

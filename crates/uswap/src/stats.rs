@@ -46,6 +46,8 @@ macro_rules! counters {
             pub remote_bytes_in: u64,
             /// See `remote_reads`.
             pub remote_bytes_out: u64,
+            /// `remote_bytes_out` as stored in the cluster: compressed where lz4 paid.
+            pub remote_stored_bytes_out: u64,
             /// See `remote_reads`.
             pub remote_retries: u64,
             /// See `remote_reads`.

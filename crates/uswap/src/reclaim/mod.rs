@@ -82,7 +82,7 @@ pub(crate) fn reclaim(e: &Engine, ctx: &mut ThreadCtx, target: i64) -> bool {
             continue;
         }
         let need = e.budget.usage_pages() - target;
-        let dropped = lists::trim_inactive(e, need);
+        let dropped = lists::trim_inactive(e, need, true);
         if dropped >= need {
             continue;
         }
@@ -123,6 +123,9 @@ pub(crate) fn reclaim(e: &Engine, ctx: &mut ThreadCtx, target: i64) -> bool {
             idle += 1;
             e.threads.wake_kswapd();
             std::thread::sleep(std::time::Duration::from_micros(50));
+        } else if lists::trim_inactive(e, e.budget.usage_pages() - target, false) > 0 {
+            // Nothing else frees room: copies read ahead of a stream go too.
+            idle = 0;
         } else if crate::spare::drop(e, 1) > 0 {
             // Nothing will free room but a spare zeroed THP: it goes. (Not before:
             // dropped, its memory goes back to the host, and making it again costs

@@ -96,6 +96,10 @@ pub(crate) fn connect(nodes: &str) -> Result<Remote> {
     if std::env::var_os("USWAP_REMOTE_DIRECT_READS").is_some_and(|v| v == "off") {
         cfg.direct_reads = false;
     }
+    // a diagnostic switch: every value stored as it is (to compare)
+    if std::env::var_os("USWAP_REMOTE_COMPRESS").is_some_and(|v| v == "off") {
+        cfg.compress = false;
+    }
     let store = RemoteStore::connect(cfg).map_err(remote_err)?;
     Ok(Remote {
         store: Mutex::new(Some(store)),
