@@ -41,8 +41,8 @@
 //! ```
 //!
 //! A payload that lz4 shrinks by at least an eighth is stored compressed (flag bit 0): its
-//! original length as 4 bytes little-endian, then the lz4 block (`lz4_flex`'s
-//! size-prepended format). The checksum covers the stored bytes, so a value is checked
+//! original length as 4 bytes little-endian, then the lz4 block (liblz4 through the `lz4`
+//! crate, size prepended). The checksum covers the stored bytes, so a value is checked
 //! before it is decompressed, and a reader gets the original payload back. Mixed data like
 //! real anonymous memory goes over the wire and sits in the cluster's RAM at ~1/2.6 of its
 //! size; a payload that does not compress is stored as it is.
@@ -79,7 +79,7 @@ pub fn compress(payload: &[u8]) -> Option<Vec<u8>> {
     if payload.len() < 64 || payload.len() > MAX_PAYLOAD {
         return None;
     }
-    let packed = lz4_flex::block::compress_prepend_size(payload);
+    let packed = lz4::block::compress(payload, None, true).ok()?;
     (packed.len() <= payload.len() - payload.len() / 8).then_some(packed)
 }
 
@@ -229,8 +229,14 @@ pub fn open(
             if claimed > MAX_PAYLOAD {
                 return corrupt(format!("claims {claimed} bytes decompressed"));
             }
-            lz4_flex::block::decompress_size_prepended(&value)
-                .or_else(|e| corrupt(format!("does not decompress: {e}")))
+            match lz4::block::decompress(&value, None) {
+                Ok(payload) if payload.len() == claimed => Ok(payload),
+                Ok(payload) => corrupt(format!(
+                    "decompressed to {} bytes, claims {claimed}",
+                    payload.len()
+                )),
+                Err(e) => corrupt(format!("does not decompress: {e}")),
+            }
         }
         other => corrupt(format!("unknown flags {other:#x}")),
     }
