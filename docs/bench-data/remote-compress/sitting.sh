@@ -1,8 +1,8 @@
 #!/bin/bash
 # The remote-compress sitting (docs/benchmarks.md, "Compressed values and units read ahead
-# kept"): the build before (9a7204f) against the build after (ec87949), and the build after
+# kept"): the build before (9a7204f) against the build after (3f76b79), and the build after
 # with USWAP_REMOTE_COMPRESS=off, alternating, rotating which goes first.
-#   BASE=path/to/uswap-9a7204f NEW=path/to/uswap-ec87949 OUT=dir sitting.sh
+#   BASE=path/to/uswap-9a7204f NEW=path/to/uswap-3f76b79 OUT=dir sitting.sh
 # Needs the local cluster: scripts/redis-cluster.sh start --dir /tmp/rc --base-port 22500
 set -u
 OUT=${OUT:-.}
