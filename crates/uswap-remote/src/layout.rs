@@ -32,7 +32,7 @@
 //! ```text
 //! 0   payload               n
 //! n   magic "USWR"          4
-//!     version (2)           2
+//!     version (3)           2
 //!     flags                 2   bit 0: the payload is lz4 (see below); others 0
 //!     id                    8   little-endian: the key's identity
 //!     generation            8   the store's write counter at this write (never 0)
@@ -65,7 +65,8 @@ pub const GROUP_IDS: u64 = 512;
 pub const TRAILER_LEN: usize = 32;
 
 const MAGIC: [u8; 4] = *b"USWR";
-const VERSION: u16 = 2;
+/// 3: the flags field (2 had it reserved, 0).
+const VERSION: u16 = 3;
 
 /// Flag: the stored payload is lz4 (size-prepended block).
 pub const FLAG_LZ4: u16 = 1;
@@ -301,13 +302,31 @@ mod tests {
             open(&p, 1, 1, v),
             Err(RemoteError::Corrupt { .. })
         ));
-        // a good checksum over bytes that are not lz4 is refused, not mapped
-        let mut v = vec![0xffu8; 64];
-        v.extend_from_slice(&trailer(&p, 1, 1, &[0xffu8; 64], FLAG_LZ4));
+        // a good checksum over bytes that are not lz4, or whose size claim is wrong, is
+        // refused, not mapped: a claim past the bound, garbage under a plausible claim,
+        // a good block claiming one byte more or less than it holds
+        let sealed = |stored: Vec<u8>| {
+            let mut v = stored.clone();
+            v.extend_from_slice(&trailer(&p, 1, 1, &stored, FLAG_LZ4));
+            open(&p, 1, 1, v)
+        };
         assert!(matches!(
-            open(&p, 1, 1, v),
+            sealed(vec![0xffu8; 64]),
             Err(RemoteError::Corrupt { .. })
         ));
+        let mut garbage = 4096u32.to_le_bytes().to_vec();
+        garbage.extend_from_slice(&[0xf0u8; 60]);
+        assert!(matches!(sealed(garbage), Err(RemoteError::Corrupt { .. })));
+        let good = compress(&text[..4096]).expect("text compresses");
+        assert_eq!(sealed(good.clone()).unwrap(), &text[..4096]);
+        for claim in [4095u32, 4097] {
+            let mut wrong = good.clone();
+            wrong[..4].copy_from_slice(&claim.to_le_bytes());
+            assert!(
+                matches!(sealed(wrong), Err(RemoteError::Corrupt { .. })),
+                "claims {claim}"
+            );
+        }
     }
 
     #[test]

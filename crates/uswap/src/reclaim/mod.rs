@@ -104,6 +104,15 @@ pub(crate) fn reclaim(e: &Engine, ctx: &mut ThreadCtx, target: i64) -> bool {
             idle = 0;
             continue;
         }
+        // Copies read ahead of a stream (passed over above) go when no write in flight
+        // will free room, or after ~10 ms of waiting for one: waiting for a write is
+        // worth it, a read that would have to come again is not worth more.
+        if (e.tiers.inflight.write_pages.load(Relaxed) == 0 || idle >= 200)
+            && lists::trim_inactive(e, need - dropped, false) > 0
+        {
+            idle = 0;
+            continue;
+        }
         // Nothing droppable now: what remains is under I/O. Wait for our own writes;
         // other threads' complete on their rings.
         if ctx.io_pending() {
@@ -123,9 +132,6 @@ pub(crate) fn reclaim(e: &Engine, ctx: &mut ThreadCtx, target: i64) -> bool {
             idle += 1;
             e.threads.wake_kswapd();
             std::thread::sleep(std::time::Duration::from_micros(50));
-        } else if lists::trim_inactive(e, e.budget.usage_pages() - target, false) > 0 {
-            // Nothing else frees room: copies read ahead of a stream go too.
-            idle = 0;
         } else if crate::spare::drop(e, 1) > 0 {
             // Nothing will free room but a spare zeroed THP: it goes. (Not before:
             // dropped, its memory goes back to the host, and making it again costs
