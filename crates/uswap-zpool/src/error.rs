@@ -37,6 +37,10 @@ pub enum Error {
     /// damaged. The entry stays stored (free it as usual).
     #[error("stored data of handle {0} is corrupt (checksum or decompression failed)")]
     Corrupt(Handle),
+    /// A packed unit ([`Zpool::decode_packed_unit`](crate::Zpool::decode_packed_unit))
+    /// is damaged: its layout, a checksum or a decompression failed.
+    #[error("packed unit is damaged (layout, checksum or decompression)")]
+    BadPacked,
 }
 
 /// Settings that cannot work.

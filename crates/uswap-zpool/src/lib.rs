@@ -94,6 +94,7 @@ mod checksum;
 mod compressor;
 pub mod datagen;
 mod error;
+mod export;
 mod handle;
 mod pool;
 mod records;

@@ -324,7 +324,7 @@ impl Zpool {
     }
 
     /// Check and decode a payload into all of `out`; `false` if it is damaged.
-    fn decode(&self, payload: &[u8], out: &mut [u8]) -> bool {
+    pub(crate) fn decode(&self, payload: &[u8], out: &mut [u8]) -> bool {
         let Some((sum, len, raw)) = read_header(payload) else {
             return false;
         };
@@ -426,6 +426,11 @@ fn header(data: &[u8], raw: bool) -> [u8; STORE_HEADER] {
     h[..4].copy_from_slice(&checksum(data).to_le_bytes());
     h[4..].copy_from_slice(&len.to_le_bytes());
     h
+}
+
+/// The length of the stored bytes behind a payload's header.
+pub(crate) fn stored_len(payload: &[u8]) -> Option<usize> {
+    read_header(payload).map(|(_, len, _)| len)
 }
 
 /// (checksum, length, raw) from a payload's header.

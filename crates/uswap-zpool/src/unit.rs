@@ -86,7 +86,7 @@ impl UnitScratch {
     }
 }
 
-fn chunk_range(i: usize) -> std::ops::Range<usize> {
+pub(crate) fn chunk_range(i: usize) -> std::ops::Range<usize> {
     i * UNIT_CHUNK..((i + 1) * UNIT_CHUNK).min(UNIT_SIZE)
 }
 

@@ -400,6 +400,15 @@ impl Diagnostics {
         }
     }
 
+    /// A packed unit could not be read back, or failed its checksum (said once).
+    pub(crate) fn say_packed_lost(&self, slot: u64) {
+        if !self.said_read_error.swap(true, Relaxed) {
+            eprintln!(
+                "uswap: a packed unit could not be read back intact (page slot {slot}):                  pages lost this way raise SIGBUS when touched"
+            );
+        }
+    }
+
     /// Bytes read back did not match their checksum, for good (said once).
     pub(crate) fn say_checksum(&self, op: &Op) {
         if !self.said_checksum.swap(true, Relaxed) {

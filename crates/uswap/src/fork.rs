@@ -201,7 +201,7 @@ fn prepare(e: &Arc<Engine>) {
     }
     let slots = referenced_slots(e);
     for &s in &slots {
-        e.slots.dup(s);
+        e.tiers.dup_for_child(e, s);
     }
     if fds[0] > 0 {
         // SAFETY: two fresh descriptors owned by nobody else.
@@ -318,6 +318,7 @@ fn child(e: &Arc<Engine>) {
             u.unit_reads = 0;
             u.prefetched = false;
             let first = (ui * UNIT_PAGES) as u64;
+            resident_back += crate::tier::packed::fork_child_unit(e, &r, &mut u, first);
             let mut clean: Vec<(usize, usize)> = Vec::new();
             for i in 0..UNIT_PAGES {
                 let p = first + i as u64;
@@ -412,6 +413,7 @@ fn child(e: &Arc<Engine>) {
         }
     }
     e.tiers.inflight_reset();
+    e.tiers.packed.reset_after_fork();
     e.threads.forget_after_fork();
     f.active.store(0, SeqCst);
     f.pending.store(false, SeqCst);

@@ -139,12 +139,17 @@ pub(crate) fn swap_in_unit(
     if r.policy.unit == UnitPolicy::Auto && !(i_fault == 0 || forward || backward) {
         return false;
     }
-    if e.tiers.meta.location(slots[i_fault]) == Location::Compressed
+    let loc = e.tiers.meta.location(slots[i_fault]);
+    if matches!(loc, Location::Compressed | Location::Packed)
         && e.cache.get(slots[i_fault]).is_none()
     {
-        // Stored compressed: the compressed tier brings back what it stored with the
-        // page (a unit stored whole comes back whole).
-        crate::tier::compressed::fault(e, r, u, page, slots[i_fault]);
+        // Stored compressed (in the pool, or packed on the back tier): what was stored
+        // with the page comes back (a unit stored whole comes back whole).
+        if loc == Location::Packed {
+            crate::tier::packed::fault(e, r, u, page, slots[i_fault]);
+        } else {
+            crate::tier::compressed::fault(e, r, u, page, slots[i_fault]);
+        }
         r.last_whole_unit.store(unit_no, Relaxed);
         return true;
     }

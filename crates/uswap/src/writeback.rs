@@ -71,7 +71,7 @@ pub(crate) fn can_write(e: &Engine) -> bool {
 }
 
 /// The back tier refused a write with `err`: stop writing for a while.
-fn refused(e: &Engine, err: i32) {
+pub(crate) fn refused(e: &Engine, err: i32) {
     let w = &e.writeback;
     let ms = w.backoff_ms.load(Relaxed);
     w.backoff_ms.store((ms * 2).min(BACKOFF_MAX_MS), Relaxed);
@@ -87,7 +87,7 @@ fn refused(e: &Engine, err: i32) {
 }
 
 /// A write went through: writeback is healthy again.
-fn accepted(e: &Engine) {
+pub(crate) fn accepted(e: &Engine) {
     let w = &e.writeback;
     if w.blocked_until.load(Relaxed) != 0 || w.backoff_ms.load(Relaxed) != BACKOFF_MIN_MS {
         w.blocked_until.store(0, Relaxed);

@@ -104,6 +104,100 @@ fn run(t: &Test, unit: UnitPolicy) {
     assert_eq!(find_bad(&words[half..], half, 3), None);
 }
 
+/// Units the compressed tier wrote back packed before the fork (and one whose write
+/// may be in flight as it happens): the child reads them from the parent's file, or
+/// takes them back from the write's frames; each side keeps its own copy; the parent
+/// lets the blobs go only once the child is gone.
+#[test]
+fn packed_units_cross_a_fork() {
+    let _one = serial();
+    with_deadline(180, |t| {
+        let p = t.pool(
+            Pool::builder()
+                .budget(32 * MIB)
+                .tier(uswap::TierKind::CompressedFile)
+                .compressed_max_percent(25),
+        );
+        let r = p
+            .region_with(
+                96 * MIB,
+                RegionOptions {
+                    unit: Some(UnitPolicy::Huge),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        let words = r.as_words();
+        let half = words.len() / 2;
+        // Words of one random byte: units compress ~3:1, stored and packed.
+        let small = |words: &[AtomicU64], offset: usize, seed: u64| {
+            for (i, w) in words.iter().enumerate() {
+                w.store(mix(seed ^ (offset + i) as u64) & 0xff, Relaxed);
+            }
+        };
+        let bad = |words: &[AtomicU64], offset: usize, seed: u64| {
+            words
+                .iter()
+                .enumerate()
+                .find(|(i, w)| w.load(Relaxed) != mix(seed ^ (offset + i) as u64) & 0xff)
+                .map(|(i, _)| offset + i)
+        };
+        small(words, 0, 1);
+        let c = p.counters();
+        assert!(
+            c.zswpwb > 0 && c.pswpout > 0,
+            "nothing packed before fork: {c:?}"
+        );
+        common::flush();
+        uswap::prepare_fork();
+        // SAFETY: fork; the child only runs uswap and this test's checks, then _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            uswap::after_fork_child();
+            child_deadline(60);
+            let mut code = 0;
+            if let Some(i) = bad(words, 0, 1) {
+                common::say(&format!("child: pre-fork data wrong at word {i}"));
+                code = 1;
+            }
+            small(&words[..half], 0, 2);
+            if let Some(i) = bad(&words[..half], 0, 2) {
+                common::say(&format!("child: own writes wrong at word {i}"));
+                code = 1;
+            }
+            if let Some(i) = bad(&words[half..], half, 1) {
+                common::say(&format!("child: untouched half wrong at word {i}"));
+                code = 1;
+            }
+            // SAFETY: leave without running the parent's test harness teardown.
+            unsafe { libc::_exit(code) };
+        }
+        uswap::after_fork_parent();
+        small(&words[half..], half, 3);
+        assert_eq!(bad(&words[..half], 0, 1), None, "parent's pre-fork half");
+        assert_eq!(bad(&words[half..], half, 3), None, "parent's own writes");
+        let mut status = 0;
+        // SAFETY: waits for the child forked above.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "child failed: status {status:#x}"
+        );
+        assert_eq!(bad(&words[..half], 0, 1), None);
+        assert_eq!(bad(&words[half..], half, 3), None);
+        let c = p.counters();
+        assert_eq!((c.poisoned, c.internal_errors), (0, 0), "{c:?}");
+        drop(r);
+        // The child's references went with it (its pipe): every slot is back.
+        let t0 = std::time::Instant::now();
+        while p.counters().slots_used > 0 && t0.elapsed().as_secs() < 10 {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        t.check_pools();
+    });
+}
+
 /// Units first touched after a fork, by both sides, with spare zeroed THPs in play
 /// (the budget keeps two): each side gets zeros, then its own data.
 #[test]

@@ -551,7 +551,11 @@ fn handle_completion(e: &Engine, ctx: &mut ThreadCtx, op: Op, mut res: i32) {
             } else if inject && op.pages.len() > 1 && hit(inj.short_write_every, n) {
                 res = short;
             }
-            crate::writeback::complete_write(e, ctx, op, res)
+            if op.packed.is_some() {
+                crate::tier::packed::complete_write(e, ctx, op, res)
+            } else {
+                crate::writeback::complete_write(e, ctx, op, res)
+            }
         }
     }
 }

@@ -11,9 +11,10 @@
 //! - Load: a fault decompresses straight into a frame and maps it; the entry goes
 //!   (an exclusive load, as zswap does since 6.x: keeping both copies would spend the
 //!   budget twice), so the page comes back dirty. A unit stored whole comes back whole.
-//! - Writeback: past its share (with hysteresis) the oldest entries are decompressed
-//!   and written to the back tier at their own slots, in runs (`zswpwb`); the reclaim
-//!   thread does it.
+//! - Writeback: past its share (with hysteresis) the oldest entries go to the back
+//!   tier (`zswpwb`); the reclaim thread does it. A unit stored whole is written as it
+//!   is stored, compressed, to slots of its own (`packed.rs`); pages, and units where
+//!   that cannot be done, are decompressed and written at their own slots, in runs.
 //! - The pool's memory, metadata included, is the budget's `Pool` gauge: honestly
 //!   charged (zram's is not charged to the program's memory cgroup).
 
@@ -157,7 +158,7 @@ impl Compressed {
     }
 
     /// The part of `reclaim_reserve` a store needs: writeback's copies leave it free.
-    fn store_reserve(&self) -> i64 {
+    pub(crate) fn store_reserve(&self) -> i64 {
         if self.whole_units {
             self.unit_growth()
         } else {
@@ -258,7 +259,7 @@ impl Compressed {
         self.pool.stats()
     }
 
-    fn handle_of(&self, slot: Slot) -> Option<(Handle, bool)> {
+    pub(crate) fn handle_of(&self, slot: Slot) -> Option<(Handle, bool)> {
         let w = self.handles.word(slot, false)?.load(Relaxed);
         if w == 0 {
             return None;
@@ -302,6 +303,11 @@ impl Compressed {
             let _ = self.pool.free(h);
         }
         true
+    }
+
+    /// The compressed pool (packed writes export from it and decode with it).
+    pub(crate) fn pool(&self) -> &Zpool {
+        &self.pool
     }
 }
 
@@ -362,6 +368,12 @@ pub(crate) fn store_unit(
             .zswap_reject_compress
             .fetch_add(UNIT_PAGES as u64, Relaxed);
         return UnitStore::Refused;
+    }
+    if e.tiers.packed.on() && r.policy.unit == crate::UnitPolicy::Huge && wants_writeback(e) {
+        // Packing the oldest entries costs a copy each: room now, rather than this
+        // unit refused and written whole (a stream's pass stores units faster than
+        // the rounds of the reclaim loop write back).
+        balance_with(e, ctx, 0, true);
     }
     let _one = c.storing.lock().unwrap_or_else(|p| p.into_inner());
     // The unit's frames are freed only once it is stored: room for what it may take.
@@ -567,12 +579,7 @@ fn map_loaded(
     u: &mut UnitPages,
     loaded: &[(u64, Slot, usize)],
 ) {
-    for &(p, s, f) in loaded {
-        e.slots.set_cache(s);
-        e.budget.charge(Gauge::Cached, 1);
-        let drop = crate::fault::IfUnmapped::Drop;
-        crate::fault::map_copies(e, r, u, p, &[(s, f)], true, drop);
-    }
+    map_copies_dirty(e, r, u, loaded);
     drop_mapped(e, c, u, loaded.iter().map(|&(p, s, _)| (p, s)));
 }
 
@@ -605,9 +612,9 @@ fn load_unit(e: &Engine, c: &Compressed, r: &RegionInner, u: &mut UnitPages, pag
         let _ = r.uffd.wake(r.page_addr(page), PAGE_SIZE);
         return;
     };
-    let frames: Vec<usize> = (0..UNIT_PAGES).map(|i| huge + i * PAGE_SIZE).collect();
     e.budget.charge(Gauge::Cached, UNIT_PAGES as i64);
     if c.pool.load(h, e.frames.span_mut(huge, UNIT_SIZE)).is_err() {
+        let frames: Vec<usize> = (0..UNIT_PAGES).map(|i| huge + i * PAGE_SIZE).collect();
         e.frames.free(&e.zapper, &frames);
         e.budget.uncharge(Gauge::Cached, UNIT_PAGES as i64);
         r.counters.swap_csum_fail.fetch_add(1, Relaxed);
@@ -623,9 +630,33 @@ fn load_unit(e: &Engine, c: &Compressed, r: &RegionInner, u: &mut UnitPages, pag
         return;
     }
     e.budget.uncharge(Gauge::Cached, UNIT_PAGES as i64);
+    let mapped = map_decoded_unit(e, r, u, first, huge, |_, s| {
+        c.handle_of(s) == Some((h, true))
+    });
+    r.counters.zswpin.fetch_add(mapped.len() as u64, Relaxed);
+    drop_mapped(e, c, u, mapped.into_iter());
+    charge_pool(e, c);
+}
+
+/// A unit just decoded into the 2 MiB frame `huge` (owned, not charged): map every
+/// page still swapped to what was decoded (`of_it(i, slot)`), dirty, as copies from
+/// the cache (the mapping drops each slot's cache reference and applies the
+/// stale-slot policy to it); the rest of the frame goes back. Whole where every page
+/// is (one move of the frame); else page by page (part of the unit was rewritten or
+/// discarded since). Returns the pages it tried to map, with their slots (a page whose
+/// copy failed to map stays swapped, for its retrying fault).
+pub(crate) fn map_decoded_unit(
+    e: &Engine,
+    r: &RegionInner,
+    u: &mut UnitPages,
+    first: u64,
+    huge: usize,
+    of_it: impl Fn(usize, Slot) -> bool,
+) -> Vec<(u64, Slot)> {
+    let frames: Vec<usize> = (0..UNIT_PAGES).map(|i| huge + i * PAGE_SIZE).collect();
     let mut slots = [0 as Slot; UNIT_PAGES];
     let whole = (0..UNIT_PAGES).all(|i| match u.get(i) {
-        PageState::Swapped(s) if c.handle_of(s) == Some((h, true)) => {
+        PageState::Swapped(s) if of_it(i, s) => {
             slots[i] = s;
             true
         }
@@ -637,35 +668,35 @@ fn load_unit(e: &Engine, c: &Compressed, r: &RegionInner, u: &mut UnitPages, pag
             e.slots.set_cache(s);
         }
         e.budget.charge(Gauge::Cached, UNIT_PAGES as i64);
-        r.counters.zswpin.fetch_add(UNIT_PAGES as u64, Relaxed);
         let copies: Vec<(Slot, usize)> =
             slots.iter().copied().zip(frames.iter().copied()).collect();
         let drop = crate::fault::IfUnmapped::Drop;
         crate::unit::map_unit(e, r, u, first, &copies, true, drop);
-        drop_mapped(
-            e,
-            c,
-            u,
-            (0..UNIT_PAGES).map(|i| (first + i as u64, slots[i])),
-        );
-    } else {
-        // Part of the unit was rewritten or discarded since: map the pages still here,
-        // give the rest of the frame back.
-        let mut loaded = Vec::new();
-        let mut unused = Vec::new();
-        for (i, &f) in frames.iter().enumerate() {
-            match u.get(i) {
-                PageState::Swapped(s) if c.handle_of(s) == Some((h, true)) => {
-                    loaded.push((first + i as u64, s, f))
-                }
-                _ => unused.push(f),
-            }
-        }
-        e.frames.free(&e.zapper, &unused);
-        r.counters.zswpin.fetch_add(loaded.len() as u64, Relaxed);
-        map_loaded(e, c, r, u, &loaded);
+        return (0..UNIT_PAGES)
+            .map(|i| (first + i as u64, slots[i]))
+            .collect();
     }
-    charge_pool(e, c);
+    let mut loaded = Vec::new();
+    let mut unused = Vec::new();
+    for (i, &f) in frames.iter().enumerate() {
+        match u.get(i) {
+            PageState::Swapped(s) if of_it(i, s) => loaded.push((first + i as u64, s, f)),
+            _ => unused.push(f),
+        }
+    }
+    e.frames.free(&e.zapper, &unused);
+    map_copies_dirty(e, r, u, &loaded);
+    loaded.into_iter().map(|(p, s, _)| (p, s)).collect()
+}
+
+/// Map pages just decoded into their own frames, dirty, as copies from the cache.
+fn map_copies_dirty(e: &Engine, r: &RegionInner, u: &mut UnitPages, loaded: &[(u64, Slot, usize)]) {
+    for &(p, s, f) in loaded {
+        e.slots.set_cache(s);
+        e.budget.charge(Gauge::Cached, 1);
+        let drop = crate::fault::IfUnmapped::Drop;
+        crate::fault::map_copies(e, r, u, p, &[(s, f)], true, drop);
+    }
 }
 
 /// Whether the pool wants writeback now (cheap: the reclaim thread asks every round).
@@ -681,6 +712,12 @@ pub(crate) fn wants_writeback(e: &Engine) -> bool {
 /// also that many pages' worth below where the pool is. Compacts when much is
 /// compactable. Returns pages whose writes were started.
 pub(crate) fn balance(e: &Engine, ctx: &mut ThreadCtx, need: u64) -> u64 {
+    balance_with(e, ctx, need, false)
+}
+
+/// `balance`; `nested`: the caller holds a unit's lock, so other units' locks are only
+/// tried (an entry whose unit is busy waits for the next round).
+fn balance_with(e: &Engine, ctx: &mut ThreadCtx, need: u64, nested: bool) -> u64 {
     let Some(c) = e.tiers.compressed.as_ref() else {
         return 0;
     };
@@ -724,7 +761,20 @@ pub(crate) fn balance(e: &Engine, ctx: &mut ThreadCtx, need: u64) -> u64 {
         let Some(r) = e.regions.by_id(st.region) else {
             continue;
         };
-        let mut u = r.unit_of(st.page).lock();
+        let mut u = if nested {
+            match r.unit_of(st.page).try_lock() {
+                Some(u) => u,
+                None => {
+                    c.order
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push_front(st);
+                    break;
+                }
+            }
+        } else {
+            r.unit_of(st.page).lock()
+        };
         if r.is_dead() {
             continue;
         }
@@ -759,6 +809,23 @@ fn write_back(
     };
     if unit != st.unit {
         return Some(0);
+    }
+    if unit {
+        let first = st.page - st.page % UNIT_PAGES as u64;
+        match crate::tier::packed::write(e, ctx, c, r, u, first, st.slot, h) {
+            crate::tier::packed::Write::Started(n) => {
+                charge_pool(e, c);
+                return Some(n);
+            }
+            crate::tier::packed::Write::NoRoom => {
+                c.order
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push_front(st);
+                return None;
+            }
+            crate::tier::packed::Write::NotPacked => {}
+        }
     }
     // The decompressed copy needs room until its write completes and it is freed:
     // out of reclaim's reserve (with what faults left), leaving a store its part,

@@ -16,6 +16,7 @@
 
 pub(crate) mod compressed;
 pub(crate) mod file;
+pub(crate) mod packed;
 pub(crate) mod remote;
 pub(crate) mod seal;
 
@@ -61,6 +62,9 @@ pub struct Op {
     /// checksums off nothing else would tell, and a frame may hold another page's
     /// bytes). Empty: none.
     pub lost: Vec<bool>,
+    /// A write of part of a packed unit (`packed.rs`): its frames hold the packed
+    /// bytes, not pages; `pages` only name the unit (and size the request).
+    pub(crate) packed: Option<Arc<packed::PackedWrite>>,
     iov: Vec<libc::iovec>,
 }
 
@@ -88,6 +92,7 @@ impl Op {
             attempt: 0,
             unit_read: false,
             lost: Vec::new(),
+            packed: None,
             iov,
         }
     }
@@ -119,6 +124,9 @@ pub(crate) enum Location {
     Back = 1,
     /// The compressed pool.
     Compressed = 2,
+    /// The back tier, in a packed unit (`packed.rs`): the slot names the page, the
+    /// unit's bytes are compressed in slots of their own.
+    Packed = 3,
 }
 
 /// Slots per leaf table (4096 clusters: 8 GiB of swap).
@@ -202,6 +210,7 @@ impl SlotMeta {
         {
             1 => Location::Back,
             2 => Location::Compressed,
+            3 => Location::Packed,
             _ => Location::None,
         }
     }
@@ -269,6 +278,8 @@ pub(crate) struct Tiers {
     pub(crate) back_writes: bool,
     /// The remote tier: the back tier's pages go there (the file only names slots).
     pub(crate) remote: Option<remote::Remote>,
+    /// Units written back packed (compressed) to the back tier.
+    pub(crate) packed: packed::Packed,
     pub(crate) inflight: Inflight,
 }
 
@@ -286,12 +297,16 @@ impl Tiers {
         if remote.is_some() || !back_writes {
             file.set_sparse();
         }
+        // Packed writeback: compressed units to the file, in the clear (sealed pages
+        // are written one by one, with their tags).
+        let packs = compressed.is_some() && back_writes && remote.is_none() && seal.is_none();
         Tiers {
             meta: SlotMeta::new(max_slots),
             seal,
             checksums,
             compressed,
             back: Back::File(RwLock::new(file)),
+            packed: packed::Packed::new(packs),
             back_writes,
             remote,
             inflight: Inflight::default(),
@@ -426,6 +441,10 @@ impl Tiers {
                 crate::tier::compressed::charge_pool(e, c);
             }
         }
+        // A packed page's blob counts the references on its pages' slots.
+        if self.meta.location(s) == Location::Packed {
+            self.packed.ref_gone(e, s);
+        }
         if self.file().release_inherited(s) {
             e.slots.put(s);
             return;
@@ -441,7 +460,18 @@ impl Tiers {
 
     /// Drop one of the references a forked child held on `s` (the child is gone).
     pub(crate) fn put_child_ref(&self, e: &Engine, s: Slot) {
+        if self.meta.location(s) == Location::Packed {
+            self.packed.ref_gone(e, s);
+        }
         e.slots.put_with(s, || self.forget_own(s));
+    }
+
+    /// A fork takes a reference on `s` for its child.
+    pub(crate) fn dup_for_child(&self, e: &Engine, s: Slot) {
+        e.slots.dup(s);
+        if self.meta.location(s) == Location::Packed {
+            self.packed.ref_added(s);
+        }
     }
 
     /// `forget`, for a slot of this process's own file (an inherited file's slot has

@@ -1,0 +1,594 @@
+//! Packed units: the compressed tier writes a unit it stored whole back to the back
+//! tier as it is stored, compressed (zswap decompresses what it writes back; a stream
+//! through `compressed+file` then wrote nearly every byte it compressed, whole).
+//!
+//! - Write (`write`, reclaim thread, from `compressed::balance`): a unit entry whose
+//!   512 pages are all still swapped to it is exported (`Zpool::export_unit`: its
+//!   chunks as the pool keeps them, ~1/2.7 of 2 MiB on mixed data) into frames,
+//!   checksummed (xxh3 over its blocks) and written with one request to the first
+//!   blocks of the unit's own cluster (a *blob*): no slot more than the unit had, and
+//!   the whole clusters that units evicted whole need stay whole (blobs in slots of
+//!   their own took ~2/5 more slots and broke the free clusters up: docs/design.md). The pages keep their slots,
+//!   which name them for the page map, the swap cache and fork. The entry leaves the
+//!   pool at once, as zswap's does at writeback: until the write completes the frames
+//!   are the blob's bytes (charged to the budget), as a page being written lives in
+//!   the swap cache. A write that fails leaves the blob in its frames, in RAM, for
+//!   good (its slots bad on an I/O error), and writeback pauses as for any refused
+//!   write: no byte is lost.
+//! - Read (`fault`, under the unit's lock, on the faulting engine thread): from the
+//!   frames while they hold the blob, else from the back tier, synchronously (O_DIRECT,
+//!   up to three tries) and checked; decoded into a 2 MiB frame and mapped dirty: the
+//!   pages' slots go, as a compressed entry goes at its load. A blob that cannot be
+//!   read or fails its checksum or decoding poisons the unit's pages still packed
+//!   (SIGBUS when touched), never wrong bytes. Unit readahead does not cover packed
+//!   units (each costs its fault one read).
+//! - Lifetime: the blob holds one more reference on each slot it is written to, so
+//!   that a page going frees no block another page still needs; it lets them go with
+//!   the last reference on any of its pages' slots (`ref_gone`, from
+//!   `Tiers::release` and `Tiers::put_child_ref`; `ref_added` counts the references a
+//!   fork takes for its child). A forked child takes the pages of a blob still being
+//!   written back into its regions from the frames (`fork_child_unit`).
+//! - The blobs' table is engine heap like the compressed tier's `unit_live`, not
+//!   charged to the budget: ~100 bytes per packed unit (50 KiB per GiB packed).
+//!
+//! Only for regions that swap units in whole (`--unit 2m`: under `auto` a random fault
+//! takes one page, and a packed unit would cost it a 2 MiB read and decode), with a
+//! compressed tier in front of a swap file, in the clear (`--encrypt`
+//! seals each page with its own tag; the remote tier has values of its own).
+//! `USWAP_PACKED_WRITEBACK=off` writes units back decompressed, to compare.
+
+use crate::budget::Gauge;
+use crate::engine::Engine;
+use crate::pagemap::{PageState, RegionInner, UnitPages};
+use crate::slots::{Slot, SlotRun};
+use crate::sys::uffd::Wake;
+use crate::threads::ThreadCtx;
+use crate::tier::compressed::Compressed;
+use crate::tier::{Location, Op, OpKind};
+use crate::{PAGE_SIZE, UNIT_PAGES, UNIT_SIZE};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use uswap_zpool::Handle;
+
+/// Tries of a blob read whose result is wrong (an I/O error, a short read, bytes that
+/// fail their checksum) before its pages are given up.
+const READ_TRIES: u32 = 3;
+
+/// A unit's bytes, compressed, on the back tier (or in frames while written).
+#[derive(Debug, Clone)]
+struct Blob {
+    /// Its slots (none while only in RAM after a failed write).
+    runs: Vec<SlotRun>,
+    /// 4 KiB blocks in all.
+    blocks: u32,
+    /// xxh3 of the blocks as written (the packed bytes, zero-padded).
+    hash: u64,
+    /// References on its pages' slots (this process's pages, and a fork's children).
+    live: u32,
+    /// The frames holding its bytes: while its writes are in flight, or for good
+    /// after they failed.
+    mem: Option<Arc<PackedWrite>>,
+}
+
+/// What a blob held when it went: to give back outside its lock.
+#[derive(Default)]
+struct Gone {
+    runs: Vec<SlotRun>,
+    /// Frames and the pages of the budget they were charged as.
+    frames: Vec<usize>,
+    charged: i64,
+}
+
+/// The packed units of this process.
+pub(crate) struct Packed {
+    on: bool,
+    /// Blobs by their unit's first page slot.
+    blobs: Mutex<HashMap<Slot, Blob>>,
+    /// What blobs that went held, to give back outside the blobs' lock; `gone_n` says
+    /// whether there is any.
+    gone: Mutex<Gone>,
+    gone_n: AtomicUsize,
+    /// A packed write failed (said once).
+    said_write_error: AtomicBool,
+}
+
+impl Packed {
+    /// `allowed`: a compressed tier in front of a swap file, pages in the clear.
+    pub(crate) fn new(allowed: bool) -> Packed {
+        let off = std::env::var("USWAP_PACKED_WRITEBACK").is_ok_and(|v| v == "off");
+        Packed {
+            on: allowed && !off,
+            blobs: Mutex::new(HashMap::new()),
+            gone: Mutex::new(Gone::default()),
+            gone_n: AtomicUsize::new(0),
+            said_write_error: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether units are written back packed.
+    pub(crate) fn on(&self) -> bool {
+        self.on
+    }
+
+    fn blobs(&self) -> std::sync::MutexGuard<'_, HashMap<Slot, Blob>> {
+        self.blobs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn blob(&self, base: Slot) -> Option<Blob> {
+        self.blobs().get(&base).cloned()
+    }
+
+    /// Blob `b` (out of the table) is done with: what it held, to give back (its
+    /// slots only where they are this process's: an inherited file's are the
+    /// parent's).
+    fn bury(&self, e: &Engine, b: Blob) {
+        let own = e.tiers.file().base();
+        let mut g = self.gone.lock().unwrap_or_else(|p| p.into_inner());
+        g.runs.extend(b.runs.iter().filter(|r| r.start >= own));
+        if let Some(m) = b.mem {
+            g.frames.extend_from_slice(&m.frames);
+            g.charged += i64::from(m.blocks);
+        }
+        self.gone_n.fetch_add(1, Relaxed);
+    }
+
+    /// A reference on slot `s` (packed) went: the blob goes with its last, unless its
+    /// write is in flight (its completion buries it).
+    pub(crate) fn ref_gone(&self, e: &Engine, s: Slot) {
+        let base = s - s % UNIT_PAGES as u64;
+        let mut g = self.blobs();
+        let Some(b) = g.get_mut(&base) else {
+            return;
+        };
+        b.live = b.live.saturating_sub(1);
+        let writing = b.mem.as_ref().is_some_and(|m| m.pending.load(Relaxed) > 0);
+        if b.live == 0 && !writing {
+            let b = g.remove(&base).expect("just found");
+            drop(g);
+            self.bury(e, b);
+            self.give_back_freed(e);
+        }
+    }
+
+    /// A fork took a reference on slot `s` (packed) for its child.
+    pub(crate) fn ref_added(&self, s: Slot) {
+        let base = s - s % UNIT_PAGES as u64;
+        if let Some(b) = self.blobs().get_mut(&base) {
+            b.live += 1;
+        }
+    }
+
+    /// Give back what buried blobs held (not under a slot lock).
+    pub(crate) fn give_back_freed(&self, e: &Engine) {
+        if self.gone_n.load(Relaxed) == 0 {
+            return;
+        }
+        let gone = {
+            let mut g = self.gone.lock().unwrap_or_else(|p| p.into_inner());
+            self.gone_n.store(0, Relaxed);
+            std::mem::take(&mut *g)
+        };
+        for run in gone.runs {
+            e.slots.put_run(run.start, run.len);
+        }
+        e.frames.free(&e.zapper, &gone.frames);
+        e.budget.uncharge(Gauge::Cached, gone.charged);
+    }
+
+    /// In a forked child, once its regions were seen to (`fork_child_unit`): what the
+    /// parent buried is not ours to give back.
+    pub(crate) fn reset_after_fork(&self) {
+        *self.gone.lock().unwrap_or_else(|p| p.into_inner()) = Gone::default();
+        self.gone_n.store(0, Relaxed);
+    }
+}
+
+/// A packed write: its frames (the blob's bytes) and its requests in flight.
+#[derive(Debug)]
+pub(crate) struct PackedWrite {
+    base: Slot,
+    first_page: u64,
+    blocks: u32,
+    /// The frames holding the packed bytes, one run.
+    frames: Vec<usize>,
+    /// Requests in flight (changed under the blobs' lock).
+    pending: AtomicU32,
+    failed: AtomicBool,
+    /// The first failure's result (an errno, negated, or a short length).
+    res: std::sync::atomic::AtomicI32,
+}
+
+/// What `write` did with a unit entry.
+pub(crate) enum Write {
+    /// Its writes were started; its pages (512) left the pool.
+    Started(u64),
+    /// No room for its frames now: try again later.
+    NoRoom,
+    /// Not packed (off, part of the unit gone, no slots or frames): write it back
+    /// decompressed.
+    NotPacked,
+}
+
+/// Write unit entry `h` (pages from `first_page`, slots from `base`, under the unit's
+/// lock `u`) back packed.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn write(
+    e: &Engine,
+    ctx: &mut ThreadCtx,
+    c: &Compressed,
+    r: &Arc<RegionInner>,
+    u: &UnitPages,
+    first_page: u64,
+    base: Slot,
+    h: Handle,
+) -> Write {
+    let p = &e.tiers.packed;
+    let still = |i: usize| {
+        let s = base + i as u64;
+        u.get(i) == PageState::Swapped(s) && c.handle_of(s) == Some((h, true))
+    };
+    // Only where units come back whole (`Huge`): under `Auto` a random fault takes a
+    // page, and a packed unit would cost it a 2 MiB read and decode.
+    if !p.on || r.policy.unit != crate::UnitPolicy::Huge || !(0..UNIT_PAGES).all(still) {
+        return Write::NotPacked;
+    }
+    let Ok(len) = c.pool().packed_len(h) else {
+        return Write::NotPacked;
+    };
+    let blocks = len.div_ceil(PAGE_SIZE);
+    if blocks >= UNIT_PAGES {
+        return Write::NotPacked; // saves nothing
+    }
+    // The frames holding the packed bytes until written: out of what reclaim keeps
+    // for itself, all of it if need be: the entry they replace leaves the pool at once
+    // (the pool's bytes of a unit are about its packed length).
+    if !e.budget.charge_if_room(Gauge::Cached, blocks as i64, 0) {
+        return Write::NoRoom;
+    }
+    let mut fruns = Vec::new();
+    let got = e
+        .frames
+        .alloc(blocks, &mut fruns, crate::frames::Site::Writing);
+    let frames: Vec<usize> = fruns
+        .iter()
+        .flat_map(|&(a, n)| (0..n).map(move |k| a + k * PAGE_SIZE))
+        .collect();
+    let undo = |frames: &[usize]| {
+        e.frames.free(&e.zapper, frames);
+        e.budget.uncharge(Gauge::Cached, blocks as i64);
+    };
+    // One run of frames: the blob is one span (to export, hash, decode).
+    if got < blocks || fruns.len() != 1 {
+        undo(&frames);
+        return Write::NotPacked;
+    }
+    let span = e.frames.span_mut(frames[0], blocks * PAGE_SIZE);
+    if c.pool().export_unit(h, span).ok() != Some(len) {
+        undo(&frames);
+        return Write::NotPacked;
+    }
+    span[len..].fill(0);
+    let hash = crate::tier::page_hash(span);
+    // The blob's hold on the blocks it is written to.
+    for k in 0..blocks as u64 {
+        e.slots.dup(base + k);
+    }
+    let runs = vec![SlotRun {
+        start: base,
+        len: blocks as u32,
+    }];
+    let pw = Arc::new(PackedWrite {
+        base,
+        first_page,
+        blocks: blocks as u32,
+        frames: frames.clone(),
+        pending: AtomicU32::new(runs.len() as u32),
+        failed: AtomicBool::new(false),
+        res: std::sync::atomic::AtomicI32::new(0),
+    });
+    // The blob first, then the pages that name it, then the entry goes.
+    p.blobs().insert(
+        base,
+        Blob {
+            runs: runs.clone(),
+            blocks: blocks as u32,
+            hash,
+            live: UNIT_PAGES as u32,
+            mem: Some(pw.clone()),
+        },
+    );
+    for i in 0..UNIT_PAGES {
+        let s = base + i as u64;
+        e.tiers.meta.set(s, Location::Packed, 0);
+        c.release(s);
+    }
+    r.counters.zswpwb.fetch_add(UNIT_PAGES as u64, Relaxed);
+    let mut at = 0;
+    for run in &runs {
+        let n = run.len as usize;
+        // `pages` only name the unit (completions lock it) and size the request.
+        let pages: Vec<u64> = (first_page + at as u64..first_page + (at + n) as u64).collect();
+        let mut op = Op::new(
+            OpKind::Write,
+            r.clone(),
+            pages,
+            frames[at..at + n].to_vec(),
+            run.start,
+        );
+        op.packed = Some(pw.clone());
+        r.counters.write_requests.fetch_add(1, Relaxed);
+        e.tiers.submit(e, ctx, op);
+        at += n;
+    }
+    Write::Started(UNIT_PAGES as u64)
+}
+
+/// One request of a packed write finished; with the last, the blob is on the back
+/// tier (its frames go) or, if any failed, stays in them.
+pub(crate) fn complete_write(e: &Engine, _ctx: &mut ThreadCtx, op: Op, res: i32) {
+    let p = &e.tiers.packed;
+    let pw = op.packed.clone().expect("a packed write");
+    let r = op.region.clone();
+    let ok = res >= 0 && res as usize == op.bytes();
+    if !ok {
+        if !pw.failed.swap(true, Relaxed) {
+            pw.res.store(res, Relaxed);
+        }
+        if !r.is_dead() {
+            r.counters.io_errors.fetch_add(1, Relaxed);
+        }
+    }
+    // Under the unit's lock: a fault decoding from the frames holds it.
+    let u = r.unit_of(pw.first_page).lock();
+    let mut g = p.blobs();
+    if pw.pending.fetch_sub(1, Relaxed) != 1 {
+        return;
+    }
+    let failed = pw.failed.load(Relaxed);
+    let res = pw.res.load(Relaxed);
+    let Some(b) = g.get_mut(&pw.base) else {
+        return;
+    };
+    let mut gone: Option<Blob> = None;
+    let mut written = Gone::default();
+    if failed {
+        // The blob stays in its frames; its holds on the slots go (bad where the
+        // device failed: marked below, out of the blobs' lock).
+        written.runs = std::mem::take(&mut b.runs);
+    } else {
+        r.counters.pswpout.fetch_add(u64::from(pw.blocks), Relaxed);
+        if let Some(m) = b.mem.take() {
+            written.frames = m.frames.clone();
+            written.charged = i64::from(m.blocks);
+        }
+    }
+    if b.live == 0 {
+        gone = g.remove(&pw.base);
+    }
+    drop(g);
+    if let Some(b) = gone {
+        p.bury(e, b);
+    }
+    let bad = failed && (res == -libc::EIO || res >= 0);
+    for run in written.runs {
+        if bad {
+            for k in 0..u64::from(run.len) {
+                e.slots.mark_bad(run.start + k);
+            }
+        }
+        e.slots.put_run(run.start, run.len);
+    }
+    e.frames.free(&e.zapper, &written.frames);
+    e.budget.uncharge(Gauge::Cached, written.charged);
+    p.give_back_freed(e);
+    drop(u);
+    if failed {
+        if !p.said_write_error.swap(true, Relaxed) {
+            let what = if res < 0 {
+                std::io::Error::from_raw_os_error(-res).to_string()
+            } else {
+                format!("short write: {res} bytes")
+            };
+            eprintln!("uswap: writing a packed unit failed ({what}): it stays compressed in RAM");
+        }
+        crate::writeback::refused(e, if res < 0 { -res } else { libc::EIO });
+    } else {
+        crate::writeback::accepted(e);
+    }
+}
+
+/// Read blob `b` from the back tier into the `b.blocks` pages at `buf` (the caller's
+/// frames, one run), checked.
+fn read_blob(e: &Engine, b: &Blob, buf: usize) -> bool {
+    let mut at = 0usize;
+    for run in &b.runs {
+        let len = run.len as usize * PAGE_SIZE;
+        let (fd, off) = e.tiers.file().locate(run.start);
+        // SAFETY: reads `len` bytes into frames this thread owns (`buf` spans
+        // `b.blocks` O_DIRECT-aligned pages of one arena run, which take only ordinary
+        // kernel faults).
+        let n = unsafe { libc::pread(fd, (buf + at) as *mut libc::c_void, len, off as i64) };
+        if n != len as isize {
+            return false;
+        }
+        at += len;
+    }
+    at == b.blocks as usize * PAGE_SIZE && crate::tier::page_hash(e.frames.span(buf, at)) == b.hash
+}
+
+/// A fault on a page of a packed unit (slot `slot`): read the blob, decode it, map
+/// the unit's pages still packed, dirty. Under the unit's lock.
+pub(crate) fn fault(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64, slot: Slot) {
+    let p = &e.tiers.packed;
+    let base = slot - slot % UNIT_PAGES as u64;
+    let first = page - page % UNIT_PAGES as u64;
+    let (Some(b), Some(c)) = (p.blob(base), e.tiers.compressed.as_ref()) else {
+        e.diag.internal(&format!(
+            "page {page} of region {} is packed at slot {slot}, which has no blob",
+            r.id
+        ));
+        crate::fault::poison_page(e, r, u, page, slot);
+        return;
+    };
+    let blocks = b.blocks as usize;
+    let retry = || {
+        e.threads.wake_kswapd();
+        let _ = r.uffd.wake(r.page_addr(page), PAGE_SIZE);
+    };
+    let Some(huge) = e.frames.alloc_huge(crate::frames::Site::Compressed) else {
+        return retry();
+    };
+    let unit_frames: Vec<usize> = (0..UNIT_PAGES).map(|i| huge + i * PAGE_SIZE).collect();
+    let packed_here =
+        |i: usize, s: Slot| s == base + i as u64 && e.tiers.meta.location(s) == Location::Packed;
+    let decoded = match &b.mem {
+        // Being written (or kept in RAM): decode from its frames, which stay while
+        // this fault holds the unit's lock.
+        Some(m) => {
+            e.budget.charge(Gauge::Cached, UNIT_PAGES as i64);
+            let ok = c
+                .pool()
+                .decode_packed_unit(
+                    e.frames.span(m.frames[0], blocks * PAGE_SIZE),
+                    e.frames.span_mut(huge, UNIT_SIZE),
+                )
+                .is_ok();
+            e.budget.uncharge(Gauge::Cached, UNIT_PAGES as i64);
+            r.counters.minflt.fetch_add(1, Relaxed);
+            ok
+        }
+        None => {
+            // The read lands in one run of frames (decoding wants one span).
+            let mut fruns = Vec::new();
+            let got = e
+                .frames
+                .alloc(blocks, &mut fruns, crate::frames::Site::SwapIn);
+            let buf: Vec<usize> = fruns
+                .iter()
+                .flat_map(|&(a, n)| (0..n).map(move |k| a + k * PAGE_SIZE))
+                .collect();
+            if got < blocks || fruns.len() != 1 {
+                e.frames.free(&e.zapper, &buf);
+                e.frames.free(&e.zapper, &unit_frames);
+                return retry();
+            }
+            let charged = (UNIT_PAGES + blocks) as i64;
+            e.budget.charge(Gauge::Cached, charged);
+            let mut good = false;
+            for attempt in 0..READ_TRIES {
+                let seq = e.diag.read_seq.fetch_add(1, Relaxed) + 1;
+                let inj = e.cfg.inject;
+                let injected = inj.fail_read_every > 0
+                    && seq.is_multiple_of(inj.fail_read_every)
+                    && (attempt == 0 || !inj.transient);
+                if !injected && read_blob(e, &b, buf[0]) {
+                    good = true;
+                    break;
+                }
+                r.counters.io_errors.fetch_add(1, Relaxed);
+            }
+            let ok = good
+                && c.pool()
+                    .decode_packed_unit(
+                        e.frames.span(buf[0], blocks * PAGE_SIZE),
+                        e.frames.span_mut(huge, UNIT_SIZE),
+                    )
+                    .is_ok();
+            e.frames.free(&e.zapper, &buf);
+            e.budget.uncharge(Gauge::Cached, charged);
+            if ok {
+                r.counters.majflt.fetch_add(1, Relaxed);
+                r.counters.pswpin.fetch_add(blocks as u64, Relaxed);
+            }
+            ok
+        }
+    };
+    if !decoded {
+        e.frames.free(&e.zapper, &unit_frames);
+        r.counters.swap_csum_fail.fetch_add(1, Relaxed);
+        e.diag.say_packed_lost(slot);
+        for i in 0..UNIT_PAGES {
+            if let PageState::Swapped(s) = u.get(i) {
+                if packed_here(i, s) {
+                    crate::fault::poison_page(e, r, u, first + i as u64, s);
+                }
+            }
+        }
+        return;
+    }
+    let mapped = crate::tier::compressed::map_decoded_unit(e, r, u, first, huge, packed_here);
+    // A page mapped with its slot kept (the slot policy) lets it go all the same: a
+    // write there would land in the blob. A page whose copy failed to map stays
+    // packed, for its retrying fault.
+    for (pg, s) in mapped {
+        let i = pg as usize % UNIT_PAGES;
+        if let PageState::Resident {
+            dirty,
+            slot: Some(k),
+        } = u.get(i)
+        {
+            if k == s {
+                u.set(i, PageState::Resident { dirty, slot: None });
+                e.tiers.release(e, s);
+            }
+        }
+    }
+}
+
+/// In a forked child, before its frames are let go: the pages of unit `u` (from page
+/// `first`) packed in a blob whose writes were in flight come back into the region
+/// from its frames (the parent's writes may not finish), dirty; pages that cannot are
+/// poisoned. Returns the pages made resident.
+pub(crate) fn fork_child_unit(e: &Engine, r: &RegionInner, u: &mut UnitPages, first: u64) -> i64 {
+    let p = &e.tiers.packed;
+    let Some(base) = (0..UNIT_PAGES).find_map(|i| match u.get(i) {
+        PageState::Swapped(s) if e.tiers.meta.location(s) == Location::Packed => {
+            Some(s - s % UNIT_PAGES as u64)
+        }
+        _ => None,
+    }) else {
+        return 0;
+    };
+    let Some(m) = p.blob(base).and_then(|b| b.mem) else {
+        return 0;
+    };
+    let Some(c) = e.tiers.compressed.as_ref() else {
+        return 0;
+    };
+    p.blobs().remove(&base);
+    let mut unit = vec![0u8; UNIT_SIZE];
+    let ok = c
+        .pool()
+        .decode_packed_unit(
+            e.frames.span(m.frames[0], m.blocks as usize * PAGE_SIZE),
+            &mut unit,
+        )
+        .is_ok();
+    let mut back = 0;
+    for i in 0..UNIT_PAGES {
+        let s = base + i as u64;
+        if u.get(i) != PageState::Swapped(s) || e.tiers.meta.location(s) != Location::Packed {
+            continue;
+        }
+        e.tiers.release(e, s);
+        let dst = r.page_addr(first + i as u64);
+        let src = unit[i * PAGE_SIZE..].as_ptr();
+        if ok && r.uffd.copy(dst, src, PAGE_SIZE, false, Wake::Yes).is_ok() {
+            u.set(
+                i,
+                PageState::Resident {
+                    dirty: true,
+                    slot: None,
+                },
+            );
+            u.resident += 1;
+            back += 1;
+        } else {
+            u.set(i, PageState::Poisoned);
+            r.counters.poisoned.fetch_add(1, Relaxed);
+            let _ = r.uffd.poison(dst, PAGE_SIZE);
+        }
+    }
+    back
+}
