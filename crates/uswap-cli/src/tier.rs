@@ -58,7 +58,8 @@ pub struct TierArgs {
     /// Where swapped pages go [default: file]:
     ///   file               the swap file only (data that does not compress)
     ///   compressed         compressed RAM only, inside the budget, no disk (zram's place)
-    ///   compressed+file    compressed RAM in front of the swap file (zswap's place)
+    ///   compressed+file    compressed RAM in front of the swap file (zswap's place;
+    ///                      with --unit 2m, units go to the file still compressed)
     ///   remote             a Redis Cluster's RAM, no local disk (needs --remote)
     ///   compressed+remote  compressed RAM in front of the Redis Cluster (needs --remote)
     #[arg(long, value_enum, value_name = "TIER", default_value_t = Tier::File,
