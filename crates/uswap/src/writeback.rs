@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::Arc;
 
 /// Most tries of one page's write (its first place and up to two more).
-const WRITE_TRIES: u8 = 3;
+pub(crate) const WRITE_TRIES: u8 = 3;
 const BACKOFF_MIN_MS: u64 = 100;
 const BACKOFF_MAX_MS: u64 = 10_000;
 

@@ -4,41 +4,12 @@
 mod common;
 
 use common::with_deadline;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use uswap::{FaultInjection, Pool, RegionOptions, TierKind, UnitPolicy};
 
 const MIB: u64 = 1 << 20;
-const WORDS_PER_PAGE: usize = 512;
-
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// What word `i` holds for `seed`: pages of small integers (compress ~4:1 and more),
-/// every fifth page random (refused by the pool), every seventh zeros.
-fn word(seed: u64, i: usize) -> u64 {
-    let page = i / WORDS_PER_PAGE;
-    match page % 35 {
-        p if p % 5 == 4 => mix(seed ^ i as u64),
-        p if p % 7 == 6 => 0,
-        _ => (seed.wrapping_mul(31) + (i % 97) as u64) & 0xffff,
-    }
-}
-
-fn fill(words: &[AtomicU64], seed: u64) {
-    for (i, w) in words.iter().enumerate() {
-        w.store(word(seed, i), Relaxed);
-    }
-}
-
-fn check(words: &[AtomicU64], seed: u64) {
-    for (i, w) in words.iter().enumerate() {
-        let v = w.load(Relaxed);
-        assert_eq!(v, word(seed, i), "word {i} (page {})", i / WORDS_PER_PAGE);
-    }
-}
+use common::fill_compressible as fill;
+use common::{check_compressible as check, compressible_word as word};
 
 fn opts(unit: UnitPolicy) -> RegionOptions {
     RegionOptions {

@@ -18,27 +18,61 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn fill(words: &[AtomicU64], offset: usize, seed: u64) {
-    for (i, w) in words.iter().enumerate() {
-        w.store(mix(seed ^ (offset + i) as u64), Relaxed);
+/// The pattern of the words of one test: random words, or random bytes in words
+/// (`MASK`: compressible, ~3:1, for the compressed tier).
+struct Words<const MASK: u64>;
+
+impl<const MASK: u64> Words<MASK> {
+    fn value(offset: usize, i: usize, seed: u64) -> u64 {
+        mix(seed ^ (offset + i) as u64) & MASK
+    }
+
+    fn fill(words: &[AtomicU64], offset: usize, seed: u64) {
+        for (i, w) in words.iter().enumerate() {
+            w.store(Self::value(offset, i, seed), Relaxed);
+        }
+    }
+
+    /// First mismatching word, if any.
+    fn find_bad(words: &[AtomicU64], offset: usize, seed: u64) -> Option<usize> {
+        words
+            .iter()
+            .enumerate()
+            .find(|(i, w)| w.load(Relaxed) != Self::value(offset, *i, seed))
+            .map(|(i, _)| offset + i)
     }
 }
 
-/// First mismatching word, if any.
+/// Random words (most tests).
+type Random = Words<{ u64::MAX }>;
+
+fn fill(words: &[AtomicU64], offset: usize, seed: u64) {
+    Random::fill(words, offset, seed)
+}
+
 fn find_bad(words: &[AtomicU64], offset: usize, seed: u64) -> Option<usize> {
-    words
-        .iter()
-        .enumerate()
-        .find(|(i, w)| w.load(Relaxed) != mix(seed ^ (offset + i) as u64))
-        .map(|(i, _)| offset + i)
+    Random::find_bad(words, offset, seed)
 }
 
 fn run(t: &Test, unit: UnitPolicy) {
+    run_with::<{ u64::MAX }>(t, Pool::builder().budget(16 * MIB), 64 * MIB, unit);
+}
+
+/// Each side of a fork sees its own copy of a region of `size` (pattern `MASK`),
+/// swapped out before the fork: the child checks and writes one half, the parent the
+/// other, and each checks again. Returns the pool's counters at the fork.
+fn run_with<const MASK: u64>(
+    t: &Test,
+    pool: uswap::PoolBuilder,
+    size: u64,
+    unit: UnitPolicy,
+) -> uswap::Counters {
     t.phase(format!("{unit:?}"));
-    let p = t.pool(Pool::builder().budget(16 * MIB));
+    let (fill, find_bad) = (Words::<MASK>::fill, Words::<MASK>::find_bad);
+    let p = t.pool(pool);
     let r = p
         .region_with(
-            64 * MIB,
+            size,
             RegionOptions {
                 unit: Some(unit),
                 ..Default::default()
@@ -48,7 +82,8 @@ fn run(t: &Test, unit: UnitPolicy) {
     let words = r.as_words();
     let half = words.len() / 2;
     fill(words, 0, 1);
-    assert!(p.counters().pswpout > 0, "nothing swapped out before fork");
+    let before = p.counters();
+    assert!(before.pswpout > 0, "nothing swapped out before fork");
 
     common::flush();
     uswap::prepare_fork();
@@ -102,25 +137,52 @@ fn run(t: &Test, unit: UnitPolicy) {
     // And once more after the child is gone (its swap is frozen, still readable).
     assert_eq!(find_bad(&words[..half], 0, 1), None);
     assert_eq!(find_bad(&words[half..], half, 3), None);
+    let c = p.counters();
+    assert_eq!((c.poisoned, c.internal_errors), (0, 0), "{c:?}");
+    before
 }
 
-/// Units the compressed tier wrote back packed before the fork (and one whose write
+/// Units the compressed tier wrote back packed before the fork (and some whose writes
 /// may be in flight as it happens): the child reads them from the parent's file, or
-/// takes them back from the write's frames; each side keeps its own copy; the parent
-/// lets the blobs go only once the child is gone.
+/// takes them back from the writes' frames; each side keeps its own copy; every slot,
+/// the blobs' included, goes back once the child and the region are gone.
 #[test]
 fn packed_units_cross_a_fork() {
-    let _one = serial();
+    let _serial = serial();
+    with_deadline(180, |t| {
+        let pool = Pool::builder()
+            .budget(48 * MIB)
+            .tier(uswap::TierKind::CompressedFile)
+            .compressed_max_percent(25);
+        let c = run_with::<0xff>(t, pool, 128 * MIB, UnitPolicy::Huge);
+        // Packed before the fork: fewer blocks written than pages written back (units
+        // refused by a full pool go to the file whole, a block a page).
+        let whole = 512 * (c.thp_swpout + c.thp_swpout_fallback);
+        assert!(
+            c.zswpwb > 0 && c.pswpout.saturating_sub(whole) * 2 < c.zswpwb,
+            "{c:?}"
+        );
+    });
+}
+
+/// Review finding: units stored in the pool before a fork and written back packed
+/// after it, while the child holds references on their slots. A blob that counted only
+/// the parent's references went with the child's, and the parent's pages with it
+/// (SIGBUS). Such units are written back unpacked; the parent reads them after the child
+/// is gone.
+#[test]
+fn units_stored_before_a_fork_outlive_the_child() {
+    let _serial = serial();
     with_deadline(180, |t| {
         let p = t.pool(
             Pool::builder()
-                .budget(32 * MIB)
+                .budget(48 * MIB)
                 .tier(uswap::TierKind::CompressedFile)
                 .compressed_max_percent(25),
         );
         let r = p
             .region_with(
-                96 * MIB,
+                128 * MIB,
                 RegionOptions {
                     unit: Some(UnitPolicy::Huge),
                     ..Default::default()
@@ -128,73 +190,39 @@ fn packed_units_cross_a_fork() {
             )
             .unwrap();
         let words = r.as_words();
-        let half = words.len() / 2;
-        // Words of one random byte: units compress ~3:1, stored and packed.
-        let small = |words: &[AtomicU64], offset: usize, seed: u64| {
-            for (i, w) in words.iter().enumerate() {
-                w.store(mix(seed ^ (offset + i) as u64) & 0xff, Relaxed);
-            }
-        };
-        let bad = |words: &[AtomicU64], offset: usize, seed: u64| {
-            words
-                .iter()
-                .enumerate()
-                .find(|(i, w)| w.load(Relaxed) != mix(seed ^ (offset + i) as u64) & 0xff)
-                .map(|(i, _)| offset + i)
-        };
-        small(words, 0, 1);
-        let c = p.counters();
-        assert!(
-            c.zswpwb > 0 && c.pswpout > 0,
-            "nothing packed before fork: {c:?}"
-        );
+        let third = words.len() / 3;
+        type Small = Words<0xff>;
+        Small::fill(&words[..third], 0, 1);
         common::flush();
         uswap::prepare_fork();
-        // SAFETY: fork; the child only runs uswap and this test's checks, then _exit.
+        // SAFETY: fork; the child only waits, then _exit.
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0, "fork failed");
         if pid == 0 {
             uswap::after_fork_child();
             child_deadline(60);
-            let mut code = 0;
-            if let Some(i) = bad(words, 0, 1) {
-                common::say(&format!("child: pre-fork data wrong at word {i}"));
-                code = 1;
-            }
-            small(&words[..half], 0, 2);
-            if let Some(i) = bad(&words[..half], 0, 2) {
-                common::say(&format!("child: own writes wrong at word {i}"));
-                code = 1;
-            }
-            if let Some(i) = bad(&words[half..], half, 1) {
-                common::say(&format!("child: untouched half wrong at word {i}"));
-                code = 1;
-            }
+            // Alive while the parent writes back what it stored before the fork.
+            std::thread::sleep(std::time::Duration::from_millis(1500));
             // SAFETY: leave without running the parent's test harness teardown.
-            unsafe { libc::_exit(code) };
+            unsafe { libc::_exit(0) };
         }
         uswap::after_fork_parent();
-        small(&words[half..], half, 3);
-        assert_eq!(bad(&words[..half], 0, 1), None, "parent's pre-fork half");
-        assert_eq!(bad(&words[half..], half, 3), None, "parent's own writes");
+        Small::fill(&words[third..], third, 2);
+        let before = p.counters();
         let mut status = 0;
         // SAFETY: waits for the child forked above.
         unsafe { libc::waitpid(pid, &mut status, 0) };
-        assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "child failed: status {status:#x}"
-        );
-        assert_eq!(bad(&words[..half], 0, 1), None);
-        assert_eq!(bad(&words[half..], half, 3), None);
+        assert!(libc::WIFEXITED(status), "child: status {status:#x}");
+        // Its references go when the reclaim thread sees its pipe close.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert_eq!(Small::find_bad(&words[..third], 0, 1), None);
+        assert_eq!(Small::find_bad(&words[third..], third, 2), None);
         let c = p.counters();
+        assert!(
+            before.zswpwb > 0,
+            "nothing written back while the child lived: {before:?}"
+        );
         assert_eq!((c.poisoned, c.internal_errors), (0, 0), "{c:?}");
-        drop(r);
-        // The child's references went with it (its pipe): every slot is back.
-        let t0 = std::time::Instant::now();
-        while p.counters().slots_used > 0 && t0.elapsed().as_secs() < 10 {
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        t.check_pools();
     });
 }
 

@@ -630,6 +630,7 @@ fn load_unit(e: &Engine, c: &Compressed, r: &RegionInner, u: &mut UnitPages, pag
         return;
     }
     e.budget.uncharge(Gauge::Cached, UNIT_PAGES as i64);
+    r.counters.minflt.fetch_add(1, Relaxed);
     let mapped = map_decoded_unit(e, r, u, first, huge, |_, s| {
         c.handle_of(s) == Some((h, true))
     });
@@ -662,7 +663,6 @@ pub(crate) fn map_decoded_unit(
         }
         _ => false,
     });
-    r.counters.minflt.fetch_add(1, Relaxed);
     if whole {
         for &s in &slots {
             e.slots.set_cache(s);

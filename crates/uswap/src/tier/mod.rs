@@ -466,6 +466,14 @@ impl Tiers {
         e.slots.put_with(s, || self.forget_own(s));
     }
 
+    /// Let go of one reference on each slot of `run` (a packed unit's hold on its
+    /// blocks), as `release` does: a slot freed forgets what was kept for it.
+    pub(crate) fn put_run(&self, e: &Engine, run: crate::slots::SlotRun) {
+        for s in run.start..run.start + u64::from(run.len) {
+            e.slots.put_with(s, || self.forget_own(s));
+        }
+    }
+
     /// A fork takes a reference on `s` for its child.
     pub(crate) fn dup_for_child(&self, e: &Engine, s: Slot) {
         e.slots.dup(s);

@@ -3,7 +3,8 @@
 //! through `compressed+file` then wrote nearly every byte it compressed, whole).
 //!
 //! - Write (`write`, reclaim thread, from `compressed::balance`): a unit entry whose
-//!   512 pages are all still swapped to it is exported (`Zpool::export_unit`: its
+//!   512 pages are all still swapped to it, none of their slots shared with a fork's
+//!   child, is exported (`Zpool::export_unit`: its
 //!   chunks as the pool keeps them, ~1/2.7 of 2 MiB on mixed data) into frames,
 //!   checksummed (xxh3 over its blocks) and written with one request to the first
 //!   blocks of the unit's own cluster (a *blob*): no slot more than the unit had, and
@@ -12,8 +13,9 @@
 //!   which name them for the page map, the swap cache and fork. The entry leaves the
 //!   pool at once, as zswap's does at writeback: until the write completes the frames
 //!   are the blob's bytes (charged to the budget), as a page being written lives in
-//!   the swap cache. A write that fails leaves the blob in its frames, in RAM, for
-//!   good (its slots bad on an I/O error), and writeback pauses as for any refused
+//!   the swap cache. A write that fails is tried again in place (three tries in all);
+//!   one that fails for good leaves the blob in its frames, in RAM, charged, until its
+//!   pages go (its slots bad on an I/O error), and writeback pauses as for any refused
 //!   write: no byte is lost.
 //! - Read (`fault`, under the unit's lock, on the faulting engine thread): from the
 //!   frames while they hold the blob, else from the back tier, synchronously (O_DIRECT,
@@ -170,7 +172,7 @@ impl Packed {
             std::mem::take(&mut *g)
         };
         for run in gone.runs {
-            e.slots.put_run(run.start, run.len);
+            e.tiers.put_run(e, run);
         }
         e.frames.free(&e.zapper, &gone.frames);
         e.budget.uncharge(Gauge::Cached, gone.charged);
@@ -224,9 +226,14 @@ pub(crate) fn write(
     h: Handle,
 ) -> Write {
     let p = &e.tiers.packed;
+    // Every page still swapped to the entry, and no slot shared with a fork's child:
+    // `live` starts at one reference per page (references a fork takes later are
+    // counted as they are taken, `ref_added`).
     let still = |i: usize| {
         let s = base + i as u64;
-        u.get(i) == PageState::Swapped(s) && c.handle_of(s) == Some((h, true))
+        u.get(i) == PageState::Swapped(s)
+            && c.handle_of(s) == Some((h, true))
+            && e.slots.count(s) == 1
     };
     // Only where units come back whole (`Huge`): under `Auto` a random fault takes a
     // page, and a packed unit would cost it a 2 MiB read and decode.
@@ -246,23 +253,15 @@ pub(crate) fn write(
     if !e.budget.charge_if_room(Gauge::Cached, blocks as i64, 0) {
         return Write::NoRoom;
     }
-    let mut fruns = Vec::new();
-    let got = e
-        .frames
-        .alloc(blocks, &mut fruns, crate::frames::Site::Writing);
-    let frames: Vec<usize> = fruns
-        .iter()
-        .flat_map(|&(a, n)| (0..n).map(move |k| a + k * PAGE_SIZE))
-        .collect();
     let undo = |frames: &[usize]| {
         e.frames.free(&e.zapper, frames);
         e.budget.uncharge(Gauge::Cached, blocks as i64);
     };
     // One run of frames: the blob is one span (to export, hash, decode).
-    if got < blocks || fruns.len() != 1 {
-        undo(&frames);
+    let Some(frames) = frames_in_one_run(e, blocks, crate::frames::Site::Writing) else {
+        undo(&[]);
         return Write::NotPacked;
-    }
+    };
     let span = e.frames.span_mut(frames[0], blocks * PAGE_SIZE);
     if c.pool().export_unit(h, span).ok() != Some(len) {
         undo(&frames);
@@ -326,11 +325,18 @@ pub(crate) fn write(
 
 /// One request of a packed write finished; with the last, the blob is on the back
 /// tier (its frames go) or, if any failed, stays in them.
-pub(crate) fn complete_write(e: &Engine, _ctx: &mut ThreadCtx, op: Op, res: i32) {
+pub(crate) fn complete_write(e: &Engine, ctx: &mut ThreadCtx, mut op: Op, res: i32) {
     let p = &e.tiers.packed;
     let pw = op.packed.clone().expect("a packed write");
     let r = op.region.clone();
     let ok = res >= 0 && res as usize == op.bytes();
+    if !ok && !r.is_dead() && op.attempt + 1 < crate::writeback::WRITE_TRIES {
+        // Tried again in place: the blob's blocks are the unit's own cluster.
+        r.counters.io_errors.fetch_add(1, Relaxed);
+        op.attempt += 1;
+        e.tiers.submit(e, ctx, op);
+        return;
+    }
     if !ok {
         if !pw.failed.swap(true, Relaxed) {
             pw.res.store(res, Relaxed);
@@ -377,7 +383,7 @@ pub(crate) fn complete_write(e: &Engine, _ctx: &mut ThreadCtx, op: Op, res: i32)
                 e.slots.mark_bad(run.start + k);
             }
         }
-        e.slots.put_run(run.start, run.len);
+        e.tiers.put_run(e, run);
     }
     e.frames.free(&e.zapper, &written.frames);
     e.budget.uncharge(Gauge::Cached, written.charged);
@@ -396,6 +402,21 @@ pub(crate) fn complete_write(e: &Engine, _ctx: &mut ThreadCtx, op: Op, res: i32)
     } else {
         crate::writeback::accepted(e);
     }
+}
+
+/// `n` frames in one run (consecutive), or none (any taken given back).
+fn frames_in_one_run(e: &Engine, n: usize, site: crate::frames::Site) -> Option<Vec<usize>> {
+    let mut runs = Vec::new();
+    let got = e.frames.alloc(n, &mut runs, site);
+    let frames: Vec<usize> = runs
+        .iter()
+        .flat_map(|&(a, k)| (0..k).map(move |i| a + i * PAGE_SIZE))
+        .collect();
+    if got == n && runs.len() == 1 {
+        return Some(frames);
+    }
+    e.frames.free(&e.zapper, &frames);
+    None
 }
 
 /// Read blob `b` from the back tier into the `b.blocks` pages at `buf` (the caller's
@@ -455,25 +476,26 @@ pub(crate) fn fault(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64, s
                 )
                 .is_ok();
             e.budget.uncharge(Gauge::Cached, UNIT_PAGES as i64);
-            r.counters.minflt.fetch_add(1, Relaxed);
+            if ok {
+                r.counters.minflt.fetch_add(1, Relaxed);
+            }
             ok
         }
         None => {
-            // The read lands in one run of frames (decoding wants one span).
-            let mut fruns = Vec::new();
-            let got = e
-                .frames
-                .alloc(blocks, &mut fruns, crate::frames::Site::SwapIn);
-            let buf: Vec<usize> = fruns
-                .iter()
-                .flat_map(|&(a, n)| (0..n).map(move |k| a + k * PAGE_SIZE))
-                .collect();
-            if got < blocks || fruns.len() != 1 {
-                e.frames.free(&e.zapper, &buf);
-                e.frames.free(&e.zapper, &unit_frames);
-                return retry();
-            }
-            let charged = (UNIT_PAGES + blocks) as i64;
+            // The read lands in one run of frames (decoding wants one span): small
+            // frames, or a second 2 MiB frame where no run of them is free.
+            let site = crate::frames::Site::SwapIn;
+            let buf = match frames_in_one_run(e, blocks, site) {
+                Some(buf) => buf,
+                None => match e.frames.alloc_huge(site) {
+                    Some(h) => (0..UNIT_PAGES).map(|i| h + i * PAGE_SIZE).collect(),
+                    None => {
+                        e.frames.free(&e.zapper, &unit_frames);
+                        return retry();
+                    }
+                },
+            };
+            let charged = (UNIT_PAGES + buf.len()) as i64;
             e.budget.charge(Gauge::Cached, charged);
             let mut good = false;
             for attempt in 0..READ_TRIES {

@@ -31,6 +31,40 @@ pub fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// Words per 4 KiB page.
+pub const WORDS_PER_PAGE: usize = 512;
+
+/// Data for the compressed tiers: what word `i` holds for `seed`. Pages of small
+/// integers (compress ~4:1 and more), every fifth page random (refused by the pool, or
+/// stored raw inside a unit), every seventh zeros.
+pub fn compressible_word(seed: u64, i: usize) -> u64 {
+    match (i / WORDS_PER_PAGE) % 35 {
+        p if p % 5 == 4 => mix(seed ^ i as u64),
+        p if p % 7 == 6 => 0,
+        _ => (seed.wrapping_mul(31) + (i % 97) as u64) & 0xffff,
+    }
+}
+
+/// Fill `words` with `compressible_word(seed, _)`.
+pub fn fill_compressible(words: &[AtomicU64], seed: u64) {
+    for (i, w) in words.iter().enumerate() {
+        w.store(compressible_word(seed, i), Relaxed);
+    }
+}
+
+/// Check every word of `words` against `compressible_word(seed, _)`.
+pub fn check_compressible(words: &[AtomicU64], seed: u64) {
+    for (i, w) in words.iter().enumerate() {
+        let v = w.load(Relaxed);
+        assert_eq!(
+            v,
+            compressible_word(seed, i),
+            "word {i} (page {})",
+            i / WORDS_PER_PAGE
+        );
+    }
+}
+
 /// What the watchdog knows about one running test.
 struct Watch {
     name: String,
