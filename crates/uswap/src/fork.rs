@@ -261,6 +261,35 @@ pub(crate) fn child_poll_done(e: &Engine, id: u64) {
     }
 }
 
+/// In a forked child: page `p` of unit `u`, whose write was in flight in the parent
+/// (which may not finish it), comes back into its region from `src` (its bytes; `None`
+/// if they are not good), dirty and without a slot; or is poisoned (SIGBUS when
+/// touched). Its slot was released. Returns whether it came back.
+pub(crate) fn take_back_page(
+    e: &Engine,
+    r: &crate::pagemap::RegionInner,
+    u: &mut crate::pagemap::UnitPages,
+    p: u64,
+    src: Option<*const u8>,
+) -> bool {
+    let i = p as usize % UNIT_PAGES;
+    let dst = r.page_addr(p);
+    let back = src.is_some_and(|src| e.uffd.copy(dst, src, PAGE_SIZE, false, Wake::Yes).is_ok());
+    if back {
+        let resident = PageState::Resident {
+            dirty: true,
+            slot: None,
+        };
+        u.set(i, resident);
+        u.resident += 1;
+    } else {
+        u.set(i, PageState::Poisoned);
+        r.counters.poisoned.fetch_add(1, Relaxed);
+        let _ = e.uffd.poison(dst, PAGE_SIZE);
+    }
+    back
+}
+
 fn child(e: &Arc<Engine>) {
     let f = &e.fork;
     // The parent's pipes are not ours (the write end of this fork is: keep it).
@@ -335,32 +364,15 @@ fn child(e: &Arc<Engine>) {
                             e.slots.clear_cache(s);
                             let plain = crate::tier::seal::open_frame(e, s, en.frame);
                             e.tiers.release(e, s);
-                            let dst = r.page_addr(p);
-                            if plain
-                                && e.uffd
-                                    .copy(dst, en.frame as *const u8, PAGE_SIZE, false, Wake::Yes)
-                                    .is_ok()
-                            {
-                                u.set(
-                                    i,
-                                    PageState::Resident {
-                                        dirty: true,
-                                        slot: None,
-                                    },
+                            if !plain {
+                                eprintln!(
+                                    "uswap: after fork: page {p} of region {} does not \
+                                     decrypt: poisoned",
+                                    r.id
                                 );
-                                u.resident += 1;
-                                resident_back += 1;
-                            } else {
-                                if !plain {
-                                    eprintln!(
-                                        "uswap: after fork: page {p} of region {} does not \
-                                         decrypt: poisoned",
-                                        r.id
-                                    );
-                                }
-                                u.set(i, PageState::Poisoned);
-                                let _ = r.uffd.poison(dst, PAGE_SIZE);
                             }
+                            let src = plain.then_some(en.frame as *const u8);
+                            resident_back += i64::from(take_back_page(e, &r, &mut u, p, src));
                         }
                         Some(_) => {
                             e.slots.clear_cache(s);

@@ -496,7 +496,6 @@ fn persistent_read_errors_raise_sigbus_not_wrong_data() {
     // In a child process: every read fails, so a swapped-out page is lost; touching
     // it must kill the child with SIGBUS, never return other bytes.
     with_deadline(120, |_| {
-        let exe = std::env::current_exe().unwrap();
         if std::env::var("USWAP_SIGBUS_CHILD").is_ok() {
             let p = Pool::builder()
                 .budget(16 * MIB)
@@ -512,22 +511,10 @@ fn persistent_read_errors_raise_sigbus_not_wrong_data() {
             println!("read {v:#x} instead of SIGBUS");
             std::process::exit(0);
         }
-        let out = std::process::Command::new(exe)
-            .args([
-                "--exact",
-                "persistent_read_errors_raise_sigbus_not_wrong_data",
-                "--nocapture",
-            ])
-            .env("USWAP_SIGBUS_CHILD", "1")
-            .output()
-            .unwrap();
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(
-            out.status.signal(),
-            Some(libc::SIGBUS),
-            "child: {:?} {}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout)
+        common::child_dies_of(
+            "persistent_read_errors_raise_sigbus_not_wrong_data",
+            "USWAP_SIGBUS_CHILD",
+            libc::SIGBUS,
         );
     });
 }
@@ -538,7 +525,6 @@ fn persistent_read_errors_raise_sigbus_not_wrong_data() {
 #[test]
 fn resident_page_gone_behind_the_engine_gives_sigbus_not_a_hang() {
     with_deadline(60, |_| {
-        let exe = std::env::current_exe().unwrap();
         let name = "resident_page_gone_behind_the_engine_gives_sigbus_not_a_hang";
         if std::env::var("USWAP_GONE_CHILD").is_ok() {
             let p = Pool::builder().budget(64 * MIB).build().unwrap();
@@ -553,20 +539,7 @@ fn resident_page_gone_behind_the_engine_gives_sigbus_not_a_hang() {
         }
         // The child hangs (the failure this test exists for) under its own deadline:
         // the harness aborts it, and this side sees SIGABRT instead of SIGBUS.
-        let out = std::process::Command::new(exe)
-            .args(["--exact", name, "--nocapture"])
-            .env("USWAP_GONE_CHILD", "1")
-            .output()
-            .unwrap();
-        use std::os::unix::process::ExitStatusExt;
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(
-            out.status.signal(),
-            Some(libc::SIGBUS),
-            "child: {:?} {} {err}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout)
-        );
+        let err = common::child_dies_of(name, "USWAP_GONE_CHILD", libc::SIGBUS);
         assert!(err.contains("not mapped"), "no message: {err}");
     });
 }

@@ -175,18 +175,6 @@ fn packed_units_lost_on_read_raise_sigbus() {
             println!("read {v:#x} instead of SIGBUS: {:?}", p.counters());
             std::process::exit(0);
         }
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", name, "--nocapture"])
-            .env("USWAP_PACKED_SIGBUS_CHILD", "1")
-            .output()
-            .unwrap();
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(
-            out.status.signal(),
-            Some(libc::SIGBUS),
-            "child: {:?} {}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout)
-        );
+        common::child_dies_of(name, "USWAP_PACKED_SIGBUS_CHILD", libc::SIGBUS);
     });
 }

@@ -43,13 +43,12 @@ use crate::budget::Gauge;
 use crate::engine::Engine;
 use crate::pagemap::{PageState, RegionInner, UnitPages};
 use crate::slots::{Slot, SlotRun};
-use crate::sys::uffd::Wake;
 use crate::threads::ThreadCtx;
 use crate::tier::compressed::Compressed;
 use crate::tier::{Location, Op, OpKind};
 use crate::{PAGE_SIZE, UNIT_PAGES, UNIT_SIZE};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use uswap_zpool::Handle;
 
@@ -60,17 +59,31 @@ const READ_TRIES: u32 = 3;
 /// A unit's bytes, compressed, on the back tier (or in frames while written).
 #[derive(Debug, Clone)]
 struct Blob {
-    /// Its slots (none while only in RAM after a failed write).
-    runs: Vec<SlotRun>,
-    /// 4 KiB blocks in all.
+    /// Its unit's first slot (the table's key): its blocks are the first `blocks`.
+    base: Slot,
     blocks: u32,
     /// xxh3 of the blocks as written (the packed bytes, zero-padded).
     hash: u64,
     /// References on its pages' slots (this process's pages, and a fork's children).
     live: u32,
-    /// The frames holding its bytes: while its writes are in flight, or for good
-    /// after they failed.
+    /// It holds a reference on each of its blocks (from its write on; given up when
+    /// the write failed for good).
+    held: bool,
+    /// Its write is in flight.
+    writing: bool,
+    /// The frames holding its bytes: while it is written, or for good after its write
+    /// failed.
     mem: Option<Arc<PackedWrite>>,
+}
+
+impl Blob {
+    /// Its blocks, as a run of slots.
+    fn run(&self) -> SlotRun {
+        SlotRun {
+            start: self.base,
+            len: self.blocks,
+        }
+    }
 }
 
 /// What a blob held when it went: to give back outside its lock.
@@ -127,7 +140,9 @@ impl Packed {
     fn bury(&self, e: &Engine, b: Blob) {
         let own = e.tiers.file().base();
         let mut g = self.gone.lock().unwrap_or_else(|p| p.into_inner());
-        g.runs.extend(b.runs.iter().filter(|r| r.start >= own));
+        if b.held && b.base >= own {
+            g.runs.push(b.run());
+        }
         if let Some(m) = b.mem {
             g.frames.extend_from_slice(&m.frames);
             g.charged += i64::from(m.blocks);
@@ -144,8 +159,7 @@ impl Packed {
             return;
         };
         b.live = b.live.saturating_sub(1);
-        let writing = b.mem.as_ref().is_some_and(|m| m.pending.load(Relaxed) > 0);
-        if b.live == 0 && !writing {
+        if b.live == 0 && !b.writing {
             let b = g.remove(&base).expect("just found");
             drop(g);
             self.bury(e, b);
@@ -186,7 +200,7 @@ impl Packed {
     }
 }
 
-/// A packed write: its frames (the blob's bytes) and its requests in flight.
+/// A packed write: whose blob, and the frames holding its bytes.
 #[derive(Debug)]
 pub(crate) struct PackedWrite {
     base: Slot,
@@ -194,11 +208,6 @@ pub(crate) struct PackedWrite {
     blocks: u32,
     /// The frames holding the packed bytes, one run.
     frames: Vec<usize>,
-    /// Requests in flight (changed under the blobs' lock).
-    pending: AtomicU32,
-    failed: AtomicBool,
-    /// The first failure's result (an errno, negated, or a short length).
-    res: std::sync::atomic::AtomicI32,
 }
 
 /// What `write` did with a unit entry.
@@ -273,27 +282,22 @@ pub(crate) fn write(
     for k in 0..blocks as u64 {
         e.slots.dup(base + k);
     }
-    let runs = vec![SlotRun {
-        start: base,
-        len: blocks as u32,
-    }];
     let pw = Arc::new(PackedWrite {
         base,
         first_page,
         blocks: blocks as u32,
         frames: frames.clone(),
-        pending: AtomicU32::new(runs.len() as u32),
-        failed: AtomicBool::new(false),
-        res: std::sync::atomic::AtomicI32::new(0),
     });
     // The blob first, then the pages that name it, then the entry goes.
     p.blobs().insert(
         base,
         Blob {
-            runs: runs.clone(),
+            base,
             blocks: blocks as u32,
             hash,
             live: UNIT_PAGES as u32,
+            held: true,
+            writing: true,
             mem: Some(pw.clone()),
         },
     );
@@ -303,81 +307,62 @@ pub(crate) fn write(
         c.release(s);
     }
     r.counters.zswpwb.fetch_add(UNIT_PAGES as u64, Relaxed);
-    let mut at = 0;
-    for run in &runs {
-        let n = run.len as usize;
-        // `pages` only name the unit (completions lock it) and size the request.
-        let pages: Vec<u64> = (first_page + at as u64..first_page + (at + n) as u64).collect();
-        let mut op = Op::new(
-            OpKind::Write,
-            r.clone(),
-            pages,
-            frames[at..at + n].to_vec(),
-            run.start,
-        );
-        op.packed = Some(pw.clone());
-        r.counters.write_requests.fetch_add(1, Relaxed);
-        e.tiers.submit(e, ctx, op);
-        at += n;
-    }
+    // `pages` only name the unit (completions lock it) and size the request.
+    let pages: Vec<u64> = (first_page..first_page + blocks as u64).collect();
+    let mut op = Op::new(OpKind::Write, r.clone(), pages, frames, base);
+    op.packed = Some(pw);
+    r.counters.write_requests.fetch_add(1, Relaxed);
+    e.tiers.submit(e, ctx, op);
     Write::Started(UNIT_PAGES as u64)
 }
 
-/// One request of a packed write finished; with the last, the blob is on the back
-/// tier (its frames go) or, if any failed, stays in them.
+/// A packed write finished: the blob is on the back tier (its frames go) or, after
+/// its last try failed, stays in them.
 pub(crate) fn complete_write(e: &Engine, ctx: &mut ThreadCtx, mut op: Op, res: i32) {
     let p = &e.tiers.packed;
     let pw = op.packed.clone().expect("a packed write");
     let r = op.region.clone();
     let ok = res >= 0 && res as usize == op.bytes();
-    if !ok && !r.is_dead() && op.attempt + 1 < crate::writeback::WRITE_TRIES {
-        // Tried again in place: the blob's blocks are the unit's own cluster.
+    if !ok && !r.is_dead() {
         r.counters.io_errors.fetch_add(1, Relaxed);
-        op.attempt += 1;
-        e.tiers.submit(e, ctx, op);
-        return;
-    }
-    if !ok {
-        if !pw.failed.swap(true, Relaxed) {
-            pw.res.store(res, Relaxed);
-        }
-        if !r.is_dead() {
-            r.counters.io_errors.fetch_add(1, Relaxed);
+        if op.attempt + 1 < crate::writeback::WRITE_TRIES {
+            // Tried again in place: the blob's blocks are the unit's own cluster.
+            op.attempt += 1;
+            e.tiers.submit(e, ctx, op);
+            return;
         }
     }
     // Under the unit's lock: a fault decoding from the frames holds it.
     let u = r.unit_of(pw.first_page).lock();
     let mut g = p.blobs();
-    if pw.pending.fetch_sub(1, Relaxed) != 1 {
-        return;
-    }
-    let failed = pw.failed.load(Relaxed);
-    let res = pw.res.load(Relaxed);
     let Some(b) = g.get_mut(&pw.base) else {
-        return;
+        return; // (a blob goes only once its write is done)
     };
-    let mut gone: Option<Blob> = None;
-    let mut written = Gone::default();
-    if failed {
-        // The blob stays in its frames; its holds on the slots go (bad where the
-        // device failed: marked below, out of the blobs' lock).
-        written.runs = std::mem::take(&mut b.runs);
-    } else {
+    b.writing = false;
+    let mut done = Gone::default();
+    if ok {
         r.counters.pswpout.fetch_add(u64::from(pw.blocks), Relaxed);
         if let Some(m) = b.mem.take() {
-            written.frames = m.frames.clone();
-            written.charged = i64::from(m.blocks);
+            done.frames = m.frames.clone();
+            done.charged = i64::from(m.blocks);
         }
+    } else {
+        // The blob stays in its frames; its holds on its blocks go (bad where the
+        // device failed: marked below, out of the blobs' lock).
+        b.held = false;
+        done.runs.push(b.run());
     }
-    if b.live == 0 {
-        gone = g.remove(&pw.base);
-    }
+    let gone = if b.live == 0 {
+        g.remove(&pw.base)
+    } else {
+        None
+    };
     drop(g);
     if let Some(b) = gone {
         p.bury(e, b);
     }
-    let bad = failed && (res == -libc::EIO || res >= 0);
-    for run in written.runs {
+    let bad = !ok && (res == -libc::EIO || res >= 0);
+    for run in done.runs {
         if bad {
             for k in 0..u64::from(run.len) {
                 e.slots.mark_bad(run.start + k);
@@ -385,23 +370,23 @@ pub(crate) fn complete_write(e: &Engine, ctx: &mut ThreadCtx, mut op: Op, res: i
         }
         e.tiers.put_run(e, run);
     }
-    e.frames.free(&e.zapper, &written.frames);
-    e.budget.uncharge(Gauge::Cached, written.charged);
+    e.frames.free(&e.zapper, &done.frames);
+    e.budget.uncharge(Gauge::Cached, done.charged);
     p.give_back_freed(e);
     drop(u);
-    if failed {
-        if !p.said_write_error.swap(true, Relaxed) {
-            let what = if res < 0 {
-                std::io::Error::from_raw_os_error(-res).to_string()
-            } else {
-                format!("short write: {res} bytes")
-            };
-            eprintln!("uswap: writing a packed unit failed ({what}): it stays compressed in RAM");
-        }
-        crate::writeback::refused(e, if res < 0 { -res } else { libc::EIO });
-    } else {
+    if ok {
         crate::writeback::accepted(e);
+        return;
     }
+    if !p.said_write_error.swap(true, Relaxed) {
+        let what = if res < 0 {
+            std::io::Error::from_raw_os_error(-res).to_string()
+        } else {
+            format!("short write: {res} bytes")
+        };
+        eprintln!("uswap: writing a packed unit failed ({what}): it stays compressed in RAM");
+    }
+    crate::writeback::refused(e, if res < 0 { -res } else { libc::EIO });
 }
 
 /// `n` frames in one run (consecutive), or none (any taken given back).
@@ -422,20 +407,12 @@ fn frames_in_one_run(e: &Engine, n: usize, site: crate::frames::Site) -> Option<
 /// Read blob `b` from the back tier into the `b.blocks` pages at `buf` (the caller's
 /// frames, one run), checked.
 fn read_blob(e: &Engine, b: &Blob, buf: usize) -> bool {
-    let mut at = 0usize;
-    for run in &b.runs {
-        let len = run.len as usize * PAGE_SIZE;
-        let (fd, off) = e.tiers.file().locate(run.start);
-        // SAFETY: reads `len` bytes into frames this thread owns (`buf` spans
-        // `b.blocks` O_DIRECT-aligned pages of one arena run, which take only ordinary
-        // kernel faults).
-        let n = unsafe { libc::pread(fd, (buf + at) as *mut libc::c_void, len, off as i64) };
-        if n != len as isize {
-            return false;
-        }
-        at += len;
-    }
-    at == b.blocks as usize * PAGE_SIZE && crate::tier::page_hash(e.frames.span(buf, at)) == b.hash
+    let len = b.blocks as usize * PAGE_SIZE;
+    let (fd, off) = e.tiers.file().locate(b.base);
+    // SAFETY: reads `len` bytes into frames this thread owns (`buf` spans `b.blocks`
+    // O_DIRECT-aligned pages of one arena run, which take only ordinary kernel faults).
+    let n = unsafe { libc::pread(fd, buf as *mut libc::c_void, len, off as i64) };
+    b.held && n == len as isize && crate::tier::page_hash(e.frames.span(buf, len)) == b.hash
 }
 
 /// A fault on a page of a packed unit (slot `slot`): read the blob, decode it, map
@@ -594,23 +571,8 @@ pub(crate) fn fork_child_unit(e: &Engine, r: &RegionInner, u: &mut UnitPages, fi
             continue;
         }
         e.tiers.release(e, s);
-        let dst = r.page_addr(first + i as u64);
-        let src = unit[i * PAGE_SIZE..].as_ptr();
-        if ok && r.uffd.copy(dst, src, PAGE_SIZE, false, Wake::Yes).is_ok() {
-            u.set(
-                i,
-                PageState::Resident {
-                    dirty: true,
-                    slot: None,
-                },
-            );
-            u.resident += 1;
-            back += 1;
-        } else {
-            u.set(i, PageState::Poisoned);
-            r.counters.poisoned.fetch_add(1, Relaxed);
-            let _ = r.uffd.poison(dst, PAGE_SIZE);
-        }
+        let src = ok.then(|| unit[i * PAGE_SIZE..].as_ptr());
+        back += i64::from(crate::fork::take_back_page(e, r, u, first + i as u64, src));
     }
     back
 }

@@ -31,6 +31,27 @@ pub fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// Run test `name` of this test binary again, in a child process with `env`=1 set
+/// (its body, seeing it, does what must end the process), and assert that the child
+/// died of signal `sig`. Returns the child's stderr.
+pub fn child_dies_of(name: &str, env: &str, sig: i32) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--exact", name, "--nocapture"])
+        .env(env, "1")
+        .output()
+        .expect("run the test binary again");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(
+        out.status.signal(),
+        Some(sig),
+        "child: {:?} {} {err}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout)
+    );
+    err
+}
+
 /// Words per 4 KiB page.
 pub const WORDS_PER_PAGE: usize = 512;
 
