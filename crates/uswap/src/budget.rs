@@ -137,7 +137,7 @@ impl Budget {
         if n > covered {
             self.promised.fetch_add(n - covered, SeqCst);
         }
-        self.used.fetch_add(n, Relaxed);
+        self.grow(n);
         self.gauge(g).fetch_add(n, Relaxed);
     }
 
@@ -150,7 +150,7 @@ impl Budget {
             self.promised.fetch_sub(n, SeqCst);
             return false;
         }
-        self.used.fetch_add(n, Relaxed);
+        self.grow(n);
         self.gauge(g).fetch_add(n, Relaxed);
         true
     }
@@ -161,7 +161,7 @@ impl Budget {
     /// PF_MEMALLOC dips below the min watermark the same way).
     pub(crate) fn charge_reclaim(&self, g: Gauge, n: i64) {
         self.promised.fetch_add(n, SeqCst);
-        self.used.fetch_add(n, Relaxed);
+        self.grow(n);
         self.gauge(g).fetch_add(n, Relaxed);
     }
 
@@ -187,7 +187,7 @@ impl Budget {
         if pages > old {
             self.promised.fetch_add(pages - old, SeqCst);
         }
-        self.used.fetch_add(pages - old, Relaxed);
+        self.grow(pages - old);
         if pages < old {
             self.promised.fetch_sub(old - pages, SeqCst);
         }
@@ -288,6 +288,7 @@ impl Budget {
     pub(crate) fn commit_metadata(&self, bytes: u64) {
         self.metadata.fetch_add(bytes, Relaxed);
         self.metadata_reserved.fetch_sub(bytes, Relaxed);
+        self.grow(0);
     }
 
     /// Metadata freed.
@@ -303,11 +304,16 @@ impl Budget {
         )
     }
 
-    /// Record the current usage in the peak.
-    pub(crate) fn note_peak(&self) {
-        let used =
-            self.usage_pages().max(0) as u64 * PAGE_SIZE as u64 + self.metadata.load(Relaxed);
-        self.peak.fetch_max(used, Relaxed);
+    /// `used` grows by `n` pages (any sign), and the peak follows at every charge, not
+    /// at sampled moments: a page held for a few microseconds past the budget (a read
+    /// buffer, a decoded copy) shows in it. One load of the peak per charge; the
+    /// read-modify-write only while usage climbs past it.
+    fn grow(&self, n: i64) {
+        let pages = self.used.fetch_add(n, Relaxed) + n;
+        let bytes = pages.max(0) as u64 * PAGE_SIZE as u64 + self.metadata.load(Relaxed);
+        if bytes > self.peak.load(Relaxed) {
+            self.peak.fetch_max(bytes, Relaxed);
+        }
     }
 
     /// Highest usage seen, in bytes.

@@ -212,7 +212,7 @@ fn fault(e: &Engine, r: &Arc<RegionInner>, page: u64, write: bool) -> bool {
             let _ = r.uffd.write_protect(addr, PAGE_SIZE, false, Wake::No);
         }
         PageState::Resident { .. } => {
-            if !present() {
+            if e.pagemap.empty(addr) {
                 super::heal_missing_resident(e, r, &mut u, page);
             }
         }

@@ -146,7 +146,8 @@ fn handle_missing(
         } else {
             0
         };
-        UNIT_PAGES as i64 * (1 + ahead)
+        // A unit packed on the back tier reads its blob into a buffer first.
+        UNIT_PAGES as i64 * (1 + ahead) + crate::tier::packed::read_room(e, r, page)
     } else {
         1 + e.cfg.readahead_max_pages as i64
     };
@@ -172,7 +173,7 @@ fn handle_missing(
             // page is really missing (an engine bug, or the program discarded it
             // behind uswap's back), waking would loop the program on this fault:
             // poison it instead (a SIGBUS beats wrong data).
-            if e.pagemap.present(r.page_addr(page)) == Some(false) {
+            if e.pagemap.empty(r.page_addr(page)) {
                 heal_missing_resident(e, r, &mut u, page);
             }
             let _ = r.uffd.wake(r.page_addr(page), PAGE_SIZE);
@@ -265,7 +266,8 @@ fn zero_fill(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64, write: b
 /// engine bug or a program that discarded region memory behind uswap's back).
 /// Poisoned: a SIGBUS beats wrong data. Under the unit's lock; said once.
 pub(super) fn heal_missing_resident(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64) {
-    e.diag.not_mapped(r, page, "no copy found: poisoned");
+    e.diag
+        .not_mapped(r, page, "a fault found no page: poisoned");
     let i = page as usize % UNIT_PAGES;
     if let PageState::Resident { slot: Some(s), .. } = u.get(i) {
         e.tiers.release(e, s);

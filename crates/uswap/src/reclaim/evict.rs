@@ -319,8 +319,15 @@ fn refused_page(
 ) -> bool {
     let addr = r.page_addr(q);
     match e.pagemap.page(addr) {
+        // Something in its page-table entry (a migration entry: the kernel moving
+        // the page): not gone; it stays for now.
+        Some(info) if !info.present && info.swapped => false,
         Some(info) if !info.present => {
-            e.diag.not_mapped(r, q, "no copy found: poisoned");
+            e.diag.not_mapped(
+                r,
+                q,
+                &format!("UFFDIO_MOVE: {err}; no copy found: poisoned"),
+            );
             let i = q as usize % UNIT_PAGES;
             if let PageState::Resident { slot: Some(s), .. } = u.get(i) {
                 e.tiers.release(e, s);

@@ -99,14 +99,13 @@ pub(crate) fn note_refault(e: &Engine, r: &RegionInner, n: u64) {
 }
 
 /// Put the unit of `page` on the reclaim list if it has resident pages and is not
-/// there yet; note the peak. Called under the unit's lock.
+/// there yet. Called under the unit's lock.
 pub(crate) fn lru_add(e: &Engine, r: &RegionInner, page: u64, u: &UnitPages) {
     let unit = r.unit_of(page);
     if u.resident > 0 && !unit.on_lru.swap(true, Relaxed) {
         let key = ((r.id as u64) << 32) | (page / UNIT_PAGES as u64);
         e.lists.lru().push_back(key);
     }
-    e.budget.note_peak();
 }
 
 /// A clean copy joins the tail of the inactive list.

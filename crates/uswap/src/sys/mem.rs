@@ -187,6 +187,11 @@ impl Zapper {
 pub(crate) struct PageInfo {
     /// Mapped (present in RAM).
     pub present: bool,
+    /// Not present, but its page-table entry holds something (bit 62: a migration
+    /// entry while the kernel moves the page, a kernel swap entry, a marker): its bytes
+    /// are not gone. A page under migration is not present for a moment, and
+    /// UFFDIO_MOVE answers EAGAIN there.
+    pub swapped: bool,
     /// Mapped by this process only (bit 56): not shared copy-on-write with a forked
     /// process. A present page that refuses UFFDIO_MOVE while exclusive is pinned
     /// (the program's own O_DIRECT I/O), not shared.
@@ -221,6 +226,7 @@ impl PageMapReader {
         let v = u64::from_le_bytes(b);
         Some(PageInfo {
             present: v >> 63 == 1,
+            swapped: (v >> 62) & 1 == 1,
             exclusive: (v >> 56) & 1 == 1,
         })
     }
@@ -228,6 +234,13 @@ impl PageMapReader {
     /// Whether the page at `addr` is present; None if the kernel would not say.
     pub(crate) fn present(&self, addr: usize) -> Option<bool> {
         self.page(addr).map(|p| p.present)
+    }
+
+    /// Whether the page table has nothing at `addr` (not present, no entry of any
+    /// kind): what a page resident by the page map looks like when its bytes are gone.
+    /// False if the kernel would not say.
+    pub(crate) fn empty(&self, addr: usize) -> bool {
+        self.page(addr).is_some_and(|p| !p.present && !p.swapped)
     }
 }
 

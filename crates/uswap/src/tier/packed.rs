@@ -415,6 +415,21 @@ fn read_blob(e: &Engine, b: &Blob, buf: usize) -> bool {
     b.held && n == len as isize && crate::tier::page_hash(e.frames.span(buf, len)) == b.hash
 }
 
+/// The room a fault on `page` needs beyond its unit's pages for reading a packed
+/// blob: a unit's worth (the read buffer, at most a 2 MiB frame) when the page is
+/// packed now, else none. A hint taken before the fault reserves its room (the unit's
+/// lock is not held across reclaim); `fault` takes what it lacks, or retries.
+pub(crate) fn read_room(e: &Engine, r: &RegionInner, page: u64) -> i64 {
+    if !e.tiers.packed.on() {
+        return 0;
+    }
+    let u = r.unit_of(page).lock();
+    match u.get(page as usize % UNIT_PAGES) {
+        PageState::Swapped(s) if e.tiers.meta.location(s) == Location::Packed => UNIT_PAGES as i64,
+        _ => 0,
+    }
+}
+
 /// A fault on a page of a packed unit (slot `slot`): read the blob, decode it, map
 /// the unit's pages still packed, dirty. Under the unit's lock.
 pub(crate) fn fault(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64, slot: Slot) {
@@ -472,7 +487,14 @@ pub(crate) fn fault(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64, s
                     }
                 },
             };
+            // The decoded unit and the buffer, inside the fault's room (`read_room`
+            // reserved it; a unit packed since then takes free room or comes again).
             let charged = (UNIT_PAGES + buf.len()) as i64;
+            if e.budget.take_room(charged) < charged {
+                e.frames.free(&e.zapper, &buf);
+                e.frames.free(&e.zapper, &unit_frames);
+                return retry();
+            }
             e.budget.charge(Gauge::Cached, charged);
             let mut good = false;
             for attempt in 0..READ_TRIES {
