@@ -319,10 +319,7 @@ fn refused_page(
 ) -> bool {
     let addr = r.page_addr(q);
     match e.pagemap.page(addr) {
-        // Something in its page-table entry (a migration entry: the kernel moving
-        // the page): not gone; it stays for now.
-        Some(info) if !info.present && info.swapped => false,
-        Some(info) if !info.present => {
+        Some(info) if info.empty() => {
             e.diag.not_mapped(
                 r,
                 q,
@@ -338,6 +335,9 @@ fn refused_page(
             let _ = r.uffd.poison(addr, PAGE_SIZE);
             false
         }
+        // Something in its page-table entry (a migration entry: the kernel moving
+        // the page): not gone; it stays for now.
+        Some(info) if !info.present => false,
         Some(info) if info.exclusive && err.raw_os_error() == Some(libc::EBUSY) => false,
         Some(_) => copy_out(e, r, addr, frame),
         None => false,

@@ -198,6 +198,13 @@ pub(crate) struct PageInfo {
     pub exclusive: bool,
 }
 
+impl PageInfo {
+    /// Nothing in the page-table entry: neither mapped nor any kind of entry.
+    pub(crate) fn empty(self) -> bool {
+        !self.present && !self.swapped
+    }
+}
+
 /// Reads /proc/self/pagemap of the process that opened it (reopened after a fork:
 /// an open pagemap file keeps describing the process that opened it).
 pub(crate) struct PageMapReader {
@@ -240,7 +247,7 @@ impl PageMapReader {
     /// kind): what a page resident by the page map looks like when its bytes are gone.
     /// False if the kernel would not say.
     pub(crate) fn empty(&self, addr: usize) -> bool {
-        self.page(addr).is_some_and(|p| !p.present && !p.swapped)
+        self.page(addr).is_some_and(|p| p.empty())
     }
 }
 

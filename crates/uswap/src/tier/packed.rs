@@ -420,7 +420,8 @@ fn read_blob(e: &Engine, b: &Blob, buf: usize) -> bool {
 /// packed now, else none. A hint taken before the fault reserves its room (the unit's
 /// lock is not held across reclaim); `fault` takes what it lacks, or retries.
 pub(crate) fn read_room(e: &Engine, r: &RegionInner, page: u64) -> i64 {
-    if !e.tiers.packed.on() {
+    // Only `Huge` regions pack: other faults take no lock here.
+    if !e.tiers.packed.on() || r.policy.unit != crate::UnitPolicy::Huge {
         return 0;
     }
     let u = r.unit_of(page).lock();
