@@ -29,7 +29,7 @@ use crate::regions::Regions;
 use crate::slots::{AllocPolicy, SlotAllocator};
 use crate::stats::Counters;
 use crate::swap_cache::SwapCache;
-use crate::sys::mem::{mem_total, PageMapReader, Zapper};
+use crate::sys::mem::{mem_total, Zapper};
 use crate::sys::uffd::Uffd;
 use crate::threads::Threads;
 use crate::tier::file::SwapFile;
@@ -61,9 +61,6 @@ pub struct Engine {
     pub(crate) cluster_ra: ClusterReadahead,
     /// Frees pages of our own mappings (batched MADV_DONTNEED).
     pub(crate) zapper: Zapper,
-    /// Which pages are present, before an engine thread touches region memory (a
-    /// touch of a missing region page would wait on our own fault thread).
-    pub(crate) pagemap: PageMapReader,
     pub(crate) diag: Diagnostics,
 }
 
@@ -176,7 +173,6 @@ impl Engine {
             threads: Threads::new(cfg.fault_threads)?,
             cluster_ra: ClusterReadahead::new(),
             zapper: Zapper::new(),
-            pagemap: PageMapReader::new(),
             diag: Diagnostics::default(),
             cfg,
         });
@@ -251,6 +247,7 @@ impl Engine {
         }
         c.internal_errors =
             self.diag.internal.load(Relaxed) + self.slots.double_frees() + self.slots.invalid_ops();
+        c.uffd_moves_uncounted = crate::sys::uffd::moves_uncounted();
         c
     }
 

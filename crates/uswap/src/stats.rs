@@ -64,6 +64,10 @@ macro_rules! counters {
             /// Inconsistencies the engine found and recovered from (engine bugs:
             /// internal errors, slot double frees, invalid slot operations); 0.
             pub internal_errors: u64,
+            /// Pages UFFDIO_MOVE moved without counting them, found by the page map and
+            /// counted by the engine (a kernel 6.17+ undercount under compaction; this
+            /// process, all pools).
+            pub uffd_moves_uncounted: u64,
         }
 
         impl EventCounters {

@@ -181,7 +181,7 @@ fn fault(e: &Engine, r: &Arc<RegionInner>, page: u64, write: bool) -> bool {
     unit.referenced.store(true, Relaxed);
     let i = page as usize % UNIT_PAGES;
     let addr = r.page_addr(page);
-    let present = || e.pagemap.present(addr) == Some(true);
+    let present = || crate::sys::mem::PAGE_MAP.present(addr) == Some(true);
 
     match u.get(i) {
         PageState::Untouched => {
@@ -212,7 +212,7 @@ fn fault(e: &Engine, r: &Arc<RegionInner>, page: u64, write: bool) -> bool {
             let _ = r.uffd.write_protect(addr, PAGE_SIZE, false, Wake::No);
         }
         PageState::Resident { .. } => {
-            if e.pagemap.empty(addr) {
+            if crate::sys::mem::PAGE_MAP.empty(addr) {
                 super::heal_missing_resident(e, r, &mut u, page);
             }
         }

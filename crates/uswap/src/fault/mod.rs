@@ -173,7 +173,7 @@ fn handle_missing(
             // page is really missing (an engine bug, or the program discarded it
             // behind uswap's back), waking would loop the program on this fault:
             // poison it instead (a SIGBUS beats wrong data).
-            if e.pagemap.empty(r.page_addr(page)) {
+            if crate::sys::mem::PAGE_MAP.empty(r.page_addr(page)) {
                 heal_missing_resident(e, r, &mut u, page);
             }
             let _ = r.uffd.wake(r.page_addr(page), PAGE_SIZE);

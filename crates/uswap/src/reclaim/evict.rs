@@ -318,7 +318,7 @@ fn refused_page(
     err: std::io::Error,
 ) -> bool {
     let addr = r.page_addr(q);
-    match e.pagemap.page(addr) {
+    match crate::sys::mem::PAGE_MAP.page(addr) {
         Some(info) if info.empty() => {
             e.diag.not_mapped(
                 r,

@@ -178,7 +178,11 @@ impl Zapper {
         if r < 0 {
             self.batched.store(false, Relaxed);
         }
-        r >= 0
+        // It returns the bytes it advised and may stop short (a range it could not
+        // advise): then the caller advises each range itself, or a frame believed
+        // empty would still hold a page.
+        let total: usize = chunk.iter().map(|&(_, l)| l).sum();
+        r >= 0 && r as usize == total
     }
 }
 
@@ -211,8 +215,12 @@ pub(crate) struct PageMapReader {
     file: Mutex<Option<(u32, std::fs::File)>>,
 }
 
+/// This process's page map (one per process: /proc/self/pagemap describes the process
+/// that reads it, and the reader reopens it after a fork).
+pub(crate) static PAGE_MAP: PageMapReader = PageMapReader::new();
+
 impl PageMapReader {
-    pub(crate) fn new() -> PageMapReader {
+    const fn new() -> PageMapReader {
         PageMapReader {
             file: Mutex::new(None),
         }
@@ -220,6 +228,11 @@ impl PageMapReader {
 
     /// The page at `addr`; None if the kernel would not say.
     pub(crate) fn page(&self, addr: usize) -> Option<PageInfo> {
+        self.pages(addr, 1)?.first().copied()
+    }
+
+    /// The `n` pages from `addr` (one read); None if the kernel would not say.
+    pub(crate) fn pages(&self, addr: usize, n: usize) -> Option<Vec<PageInfo>> {
         use std::os::unix::fs::FileExt;
         let pid = std::process::id();
         let mut g = self.file.lock().unwrap_or_else(|p| p.into_inner());
@@ -227,15 +240,21 @@ impl PageMapReader {
             *g = Some((pid, std::fs::File::open("/proc/self/pagemap").ok()?));
         }
         let (_, f) = g.as_ref()?;
-        let mut b = [0u8; 8];
+        let mut b = vec![0u8; n * 8];
         f.read_exact_at(&mut b, (addr / PAGE_SIZE) as u64 * 8)
             .ok()?;
-        let v = u64::from_le_bytes(b);
-        Some(PageInfo {
-            present: v >> 63 == 1,
-            swapped: (v >> 62) & 1 == 1,
-            exclusive: (v >> 56) & 1 == 1,
-        })
+        Some(
+            b.chunks_exact(8)
+                .map(|e| {
+                    let v = u64::from_le_bytes(e.try_into().expect("8 bytes"));
+                    PageInfo {
+                        present: v >> 63 == 1,
+                        swapped: (v >> 62) & 1 == 1,
+                        exclusive: (v >> 56) & 1 == 1,
+                    }
+                })
+                .collect(),
+        )
     }
 
     /// Whether the page at `addr` is present; None if the kernel would not say.
