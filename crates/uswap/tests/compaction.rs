@@ -12,7 +12,7 @@ mod support;
 use common::{mix, say, with_deadline, Test};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
-use uswap::{Pool, RegionOptions, UnitPolicy};
+use uswap::{Pool, UnitPolicy};
 
 const MIB: u64 = 1 << 20;
 
@@ -60,15 +60,7 @@ fn pages_stay_exact_while_the_kernel_compacts() {
 fn passes_under_compaction(t: &Test, unit: UnitPolicy) {
     t.phase(format!("{unit:?} units under compaction"));
     let p = t.pool(Pool::builder().budget(16 * MIB));
-    let r = p
-        .region_with(
-            64 * MIB,
-            RegionOptions {
-                unit: Some(unit),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let r = common::region_of(&p, 64 * MIB, unit);
     let words = r.as_words();
     let half = words.len() / 2;
     let bad = std::thread::scope(|s| {

@@ -8,7 +8,7 @@ mod common;
 
 use common::{child_deadline, mix, with_deadline, Test};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use uswap::{Pool, RegionOptions, UnitPolicy};
+use uswap::{Pool, UnitPolicy};
 
 const MIB: u64 = 1 << 20;
 
@@ -70,15 +70,7 @@ fn run_with<const MASK: u64>(
     t.phase(format!("{unit:?}"));
     let (fill, find_bad) = (Words::<MASK>::fill, Words::<MASK>::find_bad);
     let p = t.pool(pool);
-    let r = p
-        .region_with(
-            size,
-            RegionOptions {
-                unit: Some(unit),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let r = common::region_of(&p, size, unit);
     let words = r.as_words();
     let half = words.len() / 2;
     fill(words, 0, 1);
@@ -180,15 +172,7 @@ fn units_stored_before_a_fork_outlive_the_child() {
                 .tier(uswap::TierKind::CompressedFile)
                 .compressed_max_percent(25),
         );
-        let r = p
-            .region_with(
-                128 * MIB,
-                RegionOptions {
-                    unit: Some(UnitPolicy::Huge),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+        let r = common::region_of(&p, 128 * MIB, UnitPolicy::Huge);
         let words = r.as_words();
         let third = words.len() / 3;
         type Small = Words<0xff>;
@@ -236,15 +220,7 @@ fn first_touch_after_fork_is_zero_and_private() {
 
 fn first_touch_after_fork(t: &Test) {
     let p = t.pool(Pool::builder().budget(128 * MIB));
-    let r = p
-        .region_with(
-            64 * MIB,
-            RegionOptions {
-                unit: Some(UnitPolicy::Huge),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let r = common::region_of(&p, 64 * MIB, UnitPolicy::Huge);
     let words = r.as_words();
     let half = words.len() / 2;
     // First touches before the fork: the reclaim thread starts making spares.
@@ -353,15 +329,7 @@ fn forks_hold_no_more_swap_files_than_live_processes() {
     with_deadline(240, |t| {
         let dir = SwapDir::new("fork-files");
         let p = t.pool(Pool::builder().budget(16 * MIB).swap_file(&dir.0));
-        let r = p
-            .region_with(
-                32 * MIB,
-                RegionOptions {
-                    unit: Some(UnitPolicy::Small),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+        let r = common::region_of(&p, 32 * MIB, UnitPolicy::Small);
         let words = r.as_words();
         fill(words, 0, 7);
         let me = std::process::id();
@@ -518,15 +486,7 @@ fn o_direct_reads_land(t: &Test, fork: bool) {
         ),
     };
     let p = t.pool(Pool::builder().budget(16 * MIB));
-    let r = p
-        .region_with(
-            64 * MIB,
-            RegionOptions {
-                unit: Some(UnitPolicy::Small),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let r = common::region_of(&p, 64 * MIB, UnitPolicy::Small);
     let words = r.as_words();
     fill(words, 0, 1);
     // One fork: from now on the engine knows pages may be shared.

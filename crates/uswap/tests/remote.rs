@@ -254,15 +254,7 @@ fn lost_values_without_checksums_are_poisoned_not_read() {
                 .remote(c.nodes())
                 .checksums(false),
         );
-        let r = p
-            .region_with(
-                48 * MIB,
-                RegionOptions {
-                    unit: Some(UnitPolicy::Small),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+        let r = common::region_of(&p, 48 * MIB, UnitPolicy::Small);
         fill(r.as_words(), 5);
         check(r.as_words(), 5);
         for &port in &c.ports {

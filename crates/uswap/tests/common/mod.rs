@@ -21,7 +21,19 @@ use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
-use uswap::{Pool, PoolBuilder};
+use uswap::{Pool, PoolBuilder, Region, RegionOptions, UnitPolicy};
+
+/// A region of `size` bytes in `unit` units (a test's region must exist: unwrapped).
+pub fn region_of(p: &Pool, size: u64, unit: UnitPolicy) -> Region {
+    p.region_with(
+        size,
+        RegionOptions {
+            unit: Some(unit),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
 
 /// splitmix64: a cheap, well-mixed pattern generator.
 pub fn mix(mut z: u64) -> u64 {
