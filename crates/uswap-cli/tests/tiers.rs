@@ -74,14 +74,18 @@ fn bench_verifies_on_every_local_tier() {
     );
     assert!(c(&v, "pswpout") > 0 && c(&v, "zswpout") == 0, "{v}");
 
-    // Compressed RAM only: zero pages fit (what does not compress would stay resident
-    // over the budget).
+    // Zero pages leave as zeros (the kernel's zeromap): no tier stores them, neither
+    // the compressed pool nor the file, and they read back exact.
     let v = bench(&["--tier", "compressed", "--data", "zeros"]);
     assert_eq!(v["tier"], "compressed");
     assert_eq!(v["compressor"], "lz4");
     assert_eq!(v["compressed_max_pct"], 50);
-    assert!(c(&v, "zswpout") > 0 && c(&v, "zswpin") > 0, "{v}");
-    assert_eq!(c(&v, "pswpout"), 0, "compressed wrote to the file: {v}");
+    assert!(c(&v, "swpout_zero") > 0, "{v}");
+    assert_eq!(
+        (c(&v, "zswpout"), c(&v, "pswpout")),
+        (0, 0),
+        "zero pages went to a tier: {v}"
+    );
 
     for (data, compressor) in [("mixed", "lz4"), ("text", "zstd:3")] {
         let v = bench(&[
@@ -99,10 +103,21 @@ fn bench_verifies_on_every_local_tier() {
         assert_eq!(v["compressor"], compressor);
         assert_eq!(v["compressed_max_pct"], 30);
         assert!(c(&v, "zswpout") > 0 && c(&v, "zswpin") > 0, "{data}: {v}");
-        assert!(
-            v["zswap_ratio"].as_f64().unwrap() > 1.2,
-            "{data} compresses: {v}"
-        );
+        // The ratio is a gauge of what the pool holds when the run ends. Mixed data's
+        // zero pages (22%) leave as zeros and no longer lift it: what the pool holds
+        // of the rest then lands near 1 (0.90 and 0.94 in two runs), so only text,
+        // ~3:1 under zstd, is held to a ratio; mixed must show its zero pages.
+        if data == "text" {
+            assert!(
+                v["zswap_ratio"].as_f64().unwrap() > 1.2,
+                "{data} compresses: {v}"
+            );
+        } else {
+            assert!(
+                c(&v, "swpout_zero") > 0,
+                "{data}: no zero page left as zeros: {v}"
+            );
+        }
     }
 }
 

@@ -139,6 +139,10 @@ counters! {
     stale_slot_freed,
     /// Clean pages evicted without a write.
     clean_evicted,
+    /// Written pages evicted as zeros: all zero bytes, so no slot and no write, and
+    /// the next fault maps zeros without a read (the kernel's `swpout_zero`, its
+    /// zeromap since 6.12).
+    swpout_zero,
     /// Pages moved out of the region by reclaim.
     evicted,
     /// Backend I/O errors seen (including injected ones).

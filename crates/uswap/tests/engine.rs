@@ -65,6 +65,45 @@ fn byte_exact_across_swap_out_and_in() {
     });
 }
 
+/// Written pages that hold only zeros leave as zeros (no slot, no write) and come
+/// back as zeros; a page zero in one pass and not in the next (and back) is exact in
+/// each. Word `i` of page `p` in pass `k`: zero when `p % 3 == k % 3`.
+#[test]
+fn zero_pages_leave_without_a_write_and_come_back_exact() {
+    with_deadline(120, |t| {
+        let p = pool(t, 16 * MIB);
+        let r = common::region_of(&p, 64 * MIB, UnitPolicy::Small);
+        let words = r.as_words();
+        let value = |k: u64, i: usize| {
+            let page = (i * 8 / PAGE_SIZE) as u64;
+            if page % 3 == k % 3 {
+                0
+            } else {
+                mix(k << 40 ^ i as u64) | 1
+            }
+        };
+        for k in 0..3u64 {
+            // Every page written (dirty), zero pages too.
+            for (i, w) in words.iter().enumerate() {
+                w.store(value(k, i), Relaxed);
+            }
+            if let Some(i) = (0..words.len()).find(|&i| words[i].load(Relaxed) != value(k, i)) {
+                panic!(
+                    "pass {k}: word {i} is {:#x}, want {:#x}",
+                    words[i].load(Relaxed),
+                    value(k, i)
+                );
+            }
+        }
+        let c = p.counters();
+        let pages = 64 * MIB / PAGE_SIZE as u64;
+        // Each pass evicts most of the region; a third of what leaves is zeros.
+        assert!(c.swpout_zero > pages / 3, "{c:?}");
+        assert!(c.pswpout > pages, "{c:?}");
+        assert!(c.peak_used_bytes <= 16 * MIB, "budget overrun: {c:?}");
+    });
+}
+
 #[test]
 fn random_pages_one_and_several_threads() {
     with_deadline(180, |t| {
