@@ -236,6 +236,31 @@ fn zero_fill(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64, write: b
         n = n.min(e.budget.take_room(n as i64).max(1) as usize);
         za.last = page + n as u64;
     }
+    if map_zeros(e, r, u, page, n, write) {
+        r.counters.minflt.fetch_add(1, Relaxed);
+        // A stream of swap-cache hits goes on past a page that holds zeros.
+        if r.cache_hit_next
+            .compare_exchange(page, page + n as u64, Relaxed, Relaxed)
+            .is_ok()
+        {
+            swapin::zeros_in_stream(r, page, n as u64);
+        }
+    }
+}
+
+/// Map `n` Untouched pages from `page` as zeros: writable and dirty (`write`), or
+/// write-protected and clean, so that they can be dropped without a write. The
+/// caller has the room. False if the mapping failed (said, and the fault woken).
+/// Under the unit's lock.
+pub(crate) fn map_zeros(
+    e: &Engine,
+    r: &RegionInner,
+    u: &mut UnitPages,
+    page: u64,
+    n: usize,
+    write: bool,
+) -> bool {
+    let i = page as usize % UNIT_PAGES;
     let addr = r.page_addr(page);
     if let Err(err) = r.uffd.copy(
         addr,
@@ -245,7 +270,7 @@ fn zero_fill(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64, write: b
         Wake::Yes,
     ) {
         map_failed(r, "zero fill", addr, err);
-        return;
+        return false;
     }
     for k in 0..n {
         u.set(
@@ -258,7 +283,7 @@ fn zero_fill(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64, write: b
     }
     u.resident += n as u32;
     e.budget.charge(Gauge::Resident, n as i64);
-    r.counters.minflt.fetch_add(1, Relaxed);
+    true
 }
 
 /// A page resident by the page map is not mapped in the region: its bytes are gone

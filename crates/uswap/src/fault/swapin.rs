@@ -102,6 +102,22 @@ fn cache_hits(e: &Engine, r: &RegionInner, last: u64, n: u32, read_ahead: u32) {
     }
 }
 
+/// `n` pages from `first` that hold zeros were mapped in a stream (around a hit, or at their own
+/// fault): the readahead window had them in it but nothing to read, and they count
+/// as its hits, as the kernel's zero-filled swap-cache pages do. Else every window
+/// over zero pages looks partly wasted, and the window never grows (seq-read 4k
+/// with 22% zero pages: 5 pages per read instead of 500).
+pub(crate) fn zeros_in_stream(r: &RegionInner, first: u64, n: u64) {
+    if r.policy.readahead == ReadaheadPolicy::Vma {
+        let mut ra = r.ra.lock().unwrap_or_else(|p| p.into_inner());
+        // The stream's position moves past them, as a hit's does.
+        ra.vma.cache_hit(first + n - 1, false);
+        for _ in 0..n {
+            ra.vma.hit();
+        }
+    }
+}
+
 /// Fault-around (filemap's `do_fault_around`, for the swap cache) on a stream: when the
 /// page just mapped from the swap cache follows the last one so mapped, map the pages
 /// after it in its unit whose clean copies wait there too (read ahead), up to the first
@@ -126,28 +142,56 @@ fn fault_around(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64, write
     if u.unit_reads > 0 {
         return;
     }
-    let end = ((page / UNIT_PAGES as u64 + 1) * UNIT_PAGES as u64).min(page + 1 + win as u64);
+    let end = ((page / UNIT_PAGES as u64 + 1) * UNIT_PAGES as u64)
+        .min(page + 1 + win as u64)
+        .min(r.pages());
+    // Runs of copies in the cache, and between them runs of pages that hold zeros
+    // (evicted as zeros, or never written: the stream would fault on each next).
     let mut copies: Vec<(Slot, usize)> = Vec::new();
     let mut read_ahead = 0;
     let mut q = page + 1;
-    while q < end.min(r.pages()) {
-        let PageState::Swapped(s) = u.get(q as usize % UNIT_PAGES) else {
-            break;
-        };
-        let Some(en) = e.cache.remove_clean(s) else {
-            break;
-        };
-        read_ahead += en.readahead as u32;
-        copies.push((s, en.frame));
-        q += 1;
+    let mut mapped = 0u64;
+    let flush = |u: &mut UnitPages, copies: &mut Vec<(Slot, usize)>, q: u64, ra: &mut u32| {
+        if !copies.is_empty() {
+            cache_hits(e, r, q - 1, copies.len() as u32, *ra);
+            super::map_from_frames(e, r, u, q - copies.len() as u64, copies, write);
+            copies.clear();
+            *ra = 0;
+        }
+    };
+    while q < end {
+        match u.get(q as usize % UNIT_PAGES) {
+            PageState::Swapped(s) => {
+                let Some(en) = e.cache.remove_clean(s) else {
+                    break;
+                };
+                read_ahead += en.readahead as u32;
+                copies.push((s, en.frame));
+                q += 1;
+                mapped += 1;
+            }
+            PageState::Untouched => {
+                flush(u, &mut copies, q, &mut read_ahead);
+                let mut n = 1;
+                while q + n < end && u.get((q + n) as usize % UNIT_PAGES) == PageState::Untouched {
+                    n += 1;
+                }
+                // Zeros take new room: only what is free.
+                let n = e.budget.take_room(n as i64).max(0) as u64;
+                if n == 0 || !super::map_zeros(e, r, u, q, n as usize, write) {
+                    break;
+                }
+                zeros_in_stream(r, q, n);
+                q += n;
+                mapped += n;
+            }
+            _ => break,
+        }
     }
-    if !copies.is_empty() {
-        cache_hits(e, r, q - 1, copies.len() as u32, read_ahead);
-        r.counters
-            .fault_around
-            .fetch_add(copies.len() as u64, Relaxed);
+    flush(u, &mut copies, q, &mut read_ahead);
+    if mapped > 0 {
+        r.counters.fault_around.fetch_add(mapped, Relaxed);
         r.cache_hit_next.store(q, Relaxed);
-        super::map_from_frames(e, r, u, page + 1, &copies, write);
     }
 }
 
