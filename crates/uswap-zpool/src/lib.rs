@@ -99,6 +99,7 @@ mod handle;
 mod pool;
 mod records;
 mod same_filled;
+pub use same_filled::same_filled;
 mod slab;
 mod stats;
 mod unit;

@@ -5,7 +5,7 @@
 
 /// The word that every 64-bit word of `data` equals (native byte order), if they all do.
 /// `data.len()` is a multiple of 8 (pages, units and unit chunks are).
-pub(crate) fn same_filled(data: &[u8]) -> Option<u64> {
+pub fn same_filled(data: &[u8]) -> Option<u64> {
     if !data.len().is_multiple_of(8) {
         return None;
     }

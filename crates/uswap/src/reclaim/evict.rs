@@ -272,7 +272,7 @@ fn evict_unit(
                     e.tiers.release(e, stale);
                     r.counters.stale_slot_freed.fetch_add(1, Relaxed);
                 }
-                if is_zero(e.frames.page(f)) {
+                if uswap_zpool::same_filled(e.frames.page(f)) == Some(0) {
                     // All zeros: a first touch gives the same bytes, with no slot,
                     // no write and no read.
                     u.set(i, PageState::Untouched);
@@ -310,13 +310,6 @@ fn evict_unit(
     }
     r.counters.clean_evicted.fetch_add(clean, Relaxed);
     n_left - back
-}
-
-/// Whether a page holds only zero bytes (most pages that do not stop at their first
-/// words).
-fn is_zero(page: &[u8]) -> bool {
-    page.chunks_exact(64)
-        .all(|c| c.iter().fold(0u8, |a, &b| a | b) == 0)
 }
 
 /// Page `q` refused UFFDIO_MOVE with `err`. EBUSY while mapped by this process only:

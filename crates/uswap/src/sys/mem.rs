@@ -203,6 +203,16 @@ pub(crate) struct PageInfo {
 }
 
 impl PageInfo {
+    /// One 8-byte page-map entry.
+    fn decode(e: &[u8]) -> PageInfo {
+        let v = u64::from_le_bytes(e.try_into().expect("an 8-byte entry"));
+        PageInfo {
+            present: v >> 63 == 1,
+            swapped: (v >> 62) & 1 == 1,
+            exclusive: (v >> 56) & 1 == 1,
+        }
+    }
+
     /// Nothing in the page-table entry: neither mapped nor any kind of entry.
     pub(crate) fn empty(self) -> bool {
         !self.present && !self.swapped
@@ -227,12 +237,22 @@ impl PageMapReader {
     }
 
     /// The page at `addr`; None if the kernel would not say.
+    /// Allocates nothing: it runs in the in-thread fault handler.
     pub(crate) fn page(&self, addr: usize) -> Option<PageInfo> {
-        self.pages(addr, 1)?.first().copied()
+        let mut b = [0u8; 8];
+        self.read(addr, &mut b)?;
+        Some(PageInfo::decode(&b))
     }
 
     /// The `n` pages from `addr` (one read); None if the kernel would not say.
     pub(crate) fn pages(&self, addr: usize, n: usize) -> Option<Vec<PageInfo>> {
+        let mut b = vec![0u8; n * 8];
+        self.read(addr, &mut b)?;
+        Some(b.chunks_exact(8).map(PageInfo::decode).collect())
+    }
+
+    /// The entries of `buf.len() / 8` pages from `addr`.
+    fn read(&self, addr: usize, buf: &mut [u8]) -> Option<()> {
         use std::os::unix::fs::FileExt;
         let pid = std::process::id();
         let mut g = self.file.lock().unwrap_or_else(|p| p.into_inner());
@@ -240,21 +260,7 @@ impl PageMapReader {
             *g = Some((pid, std::fs::File::open("/proc/self/pagemap").ok()?));
         }
         let (_, f) = g.as_ref()?;
-        let mut b = vec![0u8; n * 8];
-        f.read_exact_at(&mut b, (addr / PAGE_SIZE) as u64 * 8)
-            .ok()?;
-        Some(
-            b.chunks_exact(8)
-                .map(|e| {
-                    let v = u64::from_le_bytes(e.try_into().expect("8 bytes"));
-                    PageInfo {
-                        present: v >> 63 == 1,
-                        swapped: (v >> 62) & 1 == 1,
-                        exclusive: (v >> 56) & 1 == 1,
-                    }
-                })
-                .collect(),
-        )
+        f.read_exact_at(buf, (addr / PAGE_SIZE) as u64 * 8).ok()
     }
 
     /// Whether the page at `addr` is present; None if the kernel would not say.
