@@ -483,7 +483,15 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
                 .unwrap_or_default()
         ));
     }
-    header.push("uswap side: kernel swap off, memcg swappiness 0".into());
+    header.push(format!(
+        "uswap side: kernel swap off, memcg swappiness 0{}",
+        if args.fill_memcg {
+            "; the pool's budget fills the memcg (--fill-memcg: its limit less the program's \
+             own memory)"
+        } else {
+            ""
+        }
+    ));
     // zram's memory and zswap's pool are not charged to the kernel side's (v1) memory
     // cgroup: at equal total memory, uswap's budget (its compressed pool included)
     // gets them as well.

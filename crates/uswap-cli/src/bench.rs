@@ -321,9 +321,17 @@ pub struct BenchArgs {
     pub size: u64,
 
     /// Resident budget of the uswap pool [default: 256M]: resident pages, swap cache and
-    /// metadata stay under it.
+    /// metadata stay under it. In a memory cgroup, the pool also stays under the room the
+    /// cgroup leaves it (its limit less the program's own memory), read every 10 ms.
     #[arg(long, value_name = "SIZE", default_value = "256M", hide_default_value = true, value_parser = parse_size_arg)]
     pub budget: u64,
+
+    /// The uswap pool's budget is its memory cgroup's whole room: the limit less what the
+    /// program holds itself, followed as that changes (as kernel swap uses a cgroup). With
+    /// --against or --cgroup-limit, --budget still sizes the cgroup (budget + 64 MiB under
+    /// --against) and the uswap side fills it; alone, the process's cgroup must have a limit.
+    #[arg(long)]
+    pub fill_memcg: bool,
 
     /// Workload threads; each owns its slice (sequential) or its pages (random) [default: 1].
     #[arg(short = 't', long, value_name = "N", default_value_t = 1, hide_default_value = true,
@@ -562,6 +570,9 @@ impl BenchArgs {
         }
         if self.no_checksums {
             a.push("--no-checksums".into());
+        }
+        if self.fill_memcg {
+            a.push("--fill-memcg".into());
         }
         a
     }
@@ -926,10 +937,29 @@ fn memory_regions(m: &Memory) -> usize {
 }
 
 /// `uswap bench`: run, print, and return the exit status.
-pub fn main(args: BenchArgs) -> i32 {
+pub fn main(mut args: BenchArgs) -> i32 {
     if let Err(e) = args.check() {
         eprintln!("uswap: error: {e}");
         return 2;
+    }
+    // The run itself (not a harness that places it in a cgroup): the budget is the
+    // cgroup's limit, and the engine follows the room left in it.
+    if args.fill_memcg
+        && args.memory == MemoryKind::Uswap
+        && args.against.is_none()
+        && args.cgroup_limit.is_none()
+    {
+        match uswap::memcg::limit() {
+            Some(l) => args.budget = l,
+            None => {
+                eprintln!(
+                    "uswap: error: --fill-memcg: this process's memory cgroup has no limit below \
+                     the machine's RAM; run it in a limited cgroup (sudo: --cgroup-limit SIZE, or \
+                     --against) or give --budget alone"
+                );
+                return 2;
+            }
+        }
     }
     if args.workload == Workload::FaultLatency {
         if args.against.is_some() || args.cgroup_limit.is_some() || args.memory != MemoryKind::Uswap

@@ -137,9 +137,25 @@ pub(crate) fn check(args: &RunArgs) -> Result<PathBuf, i32> {
     };
     // Check the settings here, where an error can stop the run, rather than in the
     // program, where the preload library could only go on without uswap.
+    let budget = if args.fill_memcg {
+        // The program runs in this process's cgroup: its limit is the program's.
+        match uswap::memcg::limit() {
+            Some(l) => l,
+            None => {
+                eprintln!(
+                    "uswap run: error: --fill-memcg: this process's memory cgroup has no \
+                     limit below the machine's RAM; run it in a limited cgroup (a container, \
+                     or `systemd-run -p MemoryMax=2G ...`) or give --budget"
+                );
+                return Err(2);
+            }
+        }
+    } else {
+        args.budget
+    };
     let mut b = args
         .tiers
-        .apply(uswap::Pool::builder().budget(args.budget))
+        .apply(uswap::Pool::builder().budget(budget))
         .encrypt(args.encrypt);
     if let Some(p) = &args.swap_file {
         b = b.swap_file(p);
@@ -239,7 +255,13 @@ pub fn main(args: RunArgs) -> i32 {
     let mut cmd = std::process::Command::new(program);
     cmd.args(rest)
         .env("LD_PRELOAD", ld_preload)
-        .env("USWAP_BUDGET", args.budget.to_string())
+        .env(
+            "USWAP_BUDGET",
+            match args.fill_memcg {
+                true => "auto".to_string(),
+                false => args.budget.to_string(),
+            },
+        )
         .env("USWAP_UNIT", args.unit.name())
         .env("USWAP_THRESHOLD", args.threshold.to_string())
         .env("USWAP_ENCRYPT", if args.encrypt { "on" } else { "off" })

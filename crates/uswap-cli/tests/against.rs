@@ -593,6 +593,75 @@ fn cgroup_limit_reports_oom_and_passes_output_through() {
     assert_eq!(leftovers(), before, "something was left behind");
 }
 
+/// A budget bigger than the memory cgroup's room gives way to the cgroup (the engine
+/// follows its usage), and `--fill-memcg` takes the room the cgroup leaves: no run is
+/// OOM-killed, every byte verifies, and the engine's limit sits under the cgroup's.
+/// Without the following, `--budget 1G` in a 160 MiB cgroup with no swap is killed.
+#[test]
+fn the_budget_gives_way_to_its_memory_cgroup() {
+    let m = machine();
+    let before = m.before();
+    let cases: [&[&str]; 3] = [
+        &[
+            "pmbench",
+            "--unit",
+            "4k",
+            "--duration",
+            "2s",
+            "--budget",
+            "1G",
+        ],
+        &["swap-w-seq", "--unit", "2m", "--budget", "1G"],
+        &[
+            "pmbench",
+            "--unit",
+            "4k",
+            "--duration",
+            "2s",
+            "--budget",
+            "64M",
+            "--fill-memcg",
+        ],
+    ];
+    for case in cases {
+        let mut args = vec!["bench"];
+        args.extend_from_slice(case);
+        args.extend_from_slice(&["--size", "512M", "--cgroup-limit", "160M", "--json"]);
+        let out = run(&args, &[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{case:?} failed:\n{err}");
+        let j = last_json(&out);
+        assert_eq!(j["verify"], "ok", "{case:?}: {j}");
+        let limit = j["counters"]["budget_limit_bytes"].as_u64().unwrap();
+        let peak = j["counters"]["peak_used_bytes"].as_u64().unwrap();
+        // Under the cgroup by the program's own memory and the margin.
+        assert!(
+            limit <= (160 - 8) << 20,
+            "{case:?}: engine limit {limit}: {j}"
+        );
+        if case.contains(&"--fill-memcg") {
+            // It took more than the 64 MiB asked: the cgroup's room.
+            assert_eq!(j["budget"].as_u64(), Some(160 << 20), "{j}");
+            assert!(
+                limit > 96 << 20,
+                "{case:?}: engine limit {limit} did not fill: {j}"
+            );
+            assert!(
+                peak > 64 << 20,
+                "{case:?}: peak {peak} never went past 64 MiB: {j}"
+            );
+        } else {
+            assert!(peak <= 160 << 20, "{case:?}: peak {peak}: {j}");
+        }
+    }
+    // Alone, --fill-memcg needs a limited cgroup: this test's has none.
+    let alone = run(&["bench", "pmbench", "--size", "64M", "--fill-memcg"], &[]);
+    let err = String::from_utf8_lossy(&alone.stderr);
+    assert_eq!(alone.status.code(), Some(2), "{err}");
+    assert!(err.contains("no limit"), "{err}");
+    assert_eq!(leftovers(), before, "something was left behind");
+}
+
 /// Start `uswap ARGS` with stderr read line by line; return once a line contains `ready`
 /// and `then()` holds (polled), with the child and what it printed.
 fn start_until<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(

@@ -861,3 +861,99 @@ fn many_threads_allocating_and_freeing_never_hang() {
         }
     }
 }
+
+/// A memory cgroup made for one test, removed when dropped (also on failure).
+struct TestMemcg {
+    dir: PathBuf,
+}
+
+impl TestMemcg {
+    /// A fresh cgroup limited to `limit` bytes, v1 or v2, with no kernel swap for it.
+    fn new(limit: u64) -> TestMemcg {
+        let name = format!("uswap-test-fill-{}", std::process::id());
+        let (dir, limit_file) = if Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists()
+        {
+            (
+                Path::new("/sys/fs/cgroup/memory").join(&name),
+                "memory.limit_in_bytes",
+            )
+        } else {
+            (Path::new("/sys/fs/cgroup").join(&name), "memory.max")
+        };
+        std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+        let cg = TestMemcg { dir };
+        std::fs::write(cg.dir.join(limit_file), limit.to_string()).expect("set the limit");
+        let _ = std::fs::write(cg.dir.join("memory.swappiness"), "0");
+        let _ = std::fs::write(cg.dir.join("memory.swap.max"), "0");
+        cg
+    }
+}
+
+impl Drop for TestMemcg {
+    fn drop(&mut self) {
+        // Its processes are gone (waited for); an empty cgroup removes at once.
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.dir).is_ok() || !self.dir.exists() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!("could not remove {}", self.dir.display());
+    }
+}
+
+/// `uswap run --fill-memcg` in a container-like cgroup of 160 MiB: python's 256 MiB
+/// bytearray (OOM-killed there without uswap) runs with the cgroup's limit as its budget,
+/// the engine under the room left to it, and its output matches a plain run. Outside a
+/// limited cgroup the flag is refused, clearly.
+#[test]
+fn fill_memcg_takes_the_cgroups_room() {
+    support::need_root("uswap run --fill-memcg in a memory cgroup");
+    let _lock = support::machine_lock();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/progs/fill.py");
+    let sc = script.to_str().unwrap();
+    let want = plain(&["python3", sc]);
+    assert_ok(&want, "plain python3");
+    let cg = TestMemcg::new(160 * MIB);
+    let stats = tmpdir().join(format!("stats-fill-memcg-{}.jsonl", std::process::id()));
+    let _ = std::fs::remove_file(&stats);
+    let mut cmd = Command::new("sh");
+    cmd.env("USWAP_PRELOAD", preload())
+        .arg("-c")
+        .arg(r#"echo $$ > "$0/cgroup.procs" && exec "$@""#)
+        .arg(&cg.dir)
+        .arg(uswap_exe())
+        .args(["run", "--fill-memcg"])
+        .arg(format!("--stats={}", stats.display()))
+        .args(["--", "python3", sc]);
+    let out = run_with_deadline(cmd, 240);
+    assert_ok(&out, "python3 under uswap --fill-memcg");
+    assert_eq!(text(&out.stdout), text(&want.stdout));
+    let lines: Vec<Value> = std::fs::read_to_string(&stats)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|v| v["uswap_stats"].clone())
+        .collect();
+    let s = check_stats(&lines, 160 * MIB, 1);
+    assert_eq!(s["budget"].as_u64(), Some(160 * MIB), "{s}");
+    let limit = s["counters"]["budget_limit_bytes"].as_u64().unwrap();
+    assert!(
+        limit <= 152 * MIB && limit > 64 * MIB,
+        "engine limit {limit}: {s}"
+    );
+    drop(cg);
+
+    // This test's own cgroup has no limit.
+    let out = Command::new(uswap_exe())
+        .env("USWAP_PRELOAD", preload())
+        .args(["run", "--fill-memcg", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("no limit"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -186,6 +186,11 @@ fn eprint_line(msg: &str) {
 
 fn read_config() -> Result<Config, String> {
     let budget = match std::env::var("USWAP_BUDGET") {
+        // The memory cgroup's whole room (`uswap run --fill-memcg`).
+        Ok(s) if s == "auto" => uswap::memcg::limit().ok_or(
+            "USWAP_BUDGET=auto: this process's memory cgroup has no limit below the \
+             machine's RAM",
+        )?,
         Ok(s) => uswap::parse_size(&s).map_err(|e| format!("USWAP_BUDGET: {e}"))?,
         Err(_) => return Err("USWAP_BUDGET is not set".into()),
     };

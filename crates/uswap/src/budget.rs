@@ -42,6 +42,9 @@ pub(crate) enum Gauge {
 pub(crate) struct Budget {
     /// Bytes the engine may hold.
     budget: u64,
+    /// Bytes the engine may hold now, if less: the room its memory cgroup leaves
+    /// (`memcg`), set by the reclaim thread.
+    cap: AtomicU64,
     /// Sum of the gauges: what the limit is checked against and the peak reads.
     used: AtomicI64,
     resident: AtomicI64,
@@ -91,6 +94,7 @@ impl Budget {
     pub(crate) fn new(budget: u64, reclaim_reserve: i64) -> Budget {
         Budget {
             budget,
+            cap: AtomicU64::new(u64::MAX),
             used: AtomicI64::new(0),
             resident: AtomicI64::new(0),
             cached: AtomicI64::new(0),
@@ -193,10 +197,22 @@ impl Budget {
         }
     }
 
-    /// Pages the engine may hold: the budget less metadata (charged and reserved).
+    /// The room the memory cgroup leaves the engine (bytes), or `u64::MAX`: the
+    /// limit follows at once; reclaim brings usage under it.
+    pub(crate) fn set_cap(&self, bytes: u64) {
+        self.cap.store(bytes, Relaxed);
+    }
+
+    /// Bytes the engine may hold now: the budget, or the cgroup's room if less.
+    pub(crate) fn effective_bytes(&self) -> u64 {
+        self.budget.min(self.cap.load(Relaxed))
+    }
+
+    /// Pages the engine may hold: the budget (or the cgroup's room) less metadata
+    /// (charged and reserved).
     pub(crate) fn limit_pages(&self) -> i64 {
         let b = self
-            .budget
+            .effective_bytes()
             .saturating_sub(self.metadata.load(Relaxed) + self.metadata_reserved.load(Relaxed));
         (b / PAGE_SIZE as u64) as i64
     }

@@ -62,6 +62,8 @@ pub struct Engine {
     /// Frees pages of our own mappings (batched MADV_DONTNEED).
     pub(crate) zapper: Zapper,
     pub(crate) diag: Diagnostics,
+    /// The memory cgroup the budget follows (`memcg`), if one limits the process.
+    pub(crate) memcg: Option<crate::memcg::Follow>,
 }
 
 /// Every engine of this process, for the fork hooks.
@@ -174,8 +176,10 @@ impl Engine {
             cluster_ra: ClusterReadahead::new(),
             zapper: Zapper::new(),
             diag: Diagnostics::default(),
+            memcg: cfg.follow_memcg.then(crate::memcg::Follow::open).flatten(),
             cfg,
         });
+        crate::memcg::follow(&engine);
         // Warm frames hold memory whenever they are full: charged for the pool's life.
         engine.budget.reserve_metadata(engine.frames.warm_bytes());
         engine.budget.commit_metadata(engine.frames.warm_bytes());
@@ -225,6 +229,7 @@ impl Engine {
         c.cached_bytes = pages(Gauge::Cached);
         c.metadata_bytes = self.budget.metadata_bytes().0;
         c.peak_used_bytes = self.budget.peak_bytes();
+        c.budget_limit_bytes = self.budget.effective_bytes();
         c.swap_files_open = self.tiers.file().open_files() as u64;
         if let Some(rc) = self.tiers.remote.as_ref().and_then(|r| r.counters()) {
             c.remote_reads = rc.reads;

@@ -22,6 +22,7 @@ pub mod error;
 mod fault;
 pub mod fork;
 mod frames;
+pub mod memcg;
 pub mod pagemap;
 pub mod pool;
 pub mod readahead;

@@ -198,6 +198,7 @@ pub struct PoolBuilder {
     pub(crate) inject: FaultInjection,
     pub(crate) encrypt: bool,
     pub(crate) checksums: bool,
+    pub(crate) follow_memcg: bool,
 }
 
 impl Default for PoolBuilder {
@@ -225,14 +226,27 @@ impl Default for PoolBuilder {
             inject: FaultInjection::default(),
             encrypt: false,
             checksums: true,
+            follow_memcg: true,
         }
     }
 }
 
 impl PoolBuilder {
     /// Bytes the engine may hold in RAM: resident pages, swap cache, metadata.
+    /// In a memory cgroup, the engine holds at most what the cgroup leaves it (see
+    /// [`follow_memcg`](Self::follow_memcg)); [`memcg::limit`](crate::memcg::limit)
+    /// as the budget fills the cgroup.
     pub fn budget(mut self, bytes: u64) -> Self {
         self.budget = bytes;
+        self
+    }
+
+    /// Whether the budget gives way to the process's memory cgroup (default on): the
+    /// engine then holds at most the cgroup's limit less what the process holds
+    /// outside it, read every 10 ms, so that a budget bigger than the cgroup's room
+    /// or a program's growing heap does not end in the OOM killer.
+    pub fn follow_memcg(mut self, on: bool) -> Self {
+        self.follow_memcg = on;
         self
     }
     /// Where the swap file goes: a directory (an unnamed file is made in it), a new file
@@ -451,6 +465,12 @@ impl Pool {
     /// The budget in bytes.
     pub fn budget(&self) -> u64 {
         self.engine.cfg.budget
+    }
+
+    /// The memory cgroup whose room the budget follows (its directory and limit), if one
+    /// limits the process.
+    pub fn memcg(&self) -> Option<String> {
+        self.engine.memcg.as_ref().map(|m| m.describe())
     }
 
     /// Swap capacity in bytes now.

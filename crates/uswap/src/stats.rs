@@ -27,6 +27,9 @@ macro_rules! counters {
             pub metadata_bytes: u64,
             /// Highest resident + cached + metadata seen.
             pub peak_used_bytes: u64,
+            /// What the engine may hold now: the budget, or less where the memory
+            /// cgroup leaves less room (`memcg`).
+            pub budget_limit_bytes: u64,
             /// Swap files this process holds open (its own, and ones inherited at
             /// forks that it still reads).
             pub swap_files_open: u64,

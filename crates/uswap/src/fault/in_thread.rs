@@ -160,6 +160,7 @@ fn fault(e: &Engine, r: &Arc<RegionInner>, page: u64, write: bool) -> bool {
     let t = std::time::Instant::now();
     let passes = e.threads.kswapd_passes();
     let mut force = false;
+    crate::memcg::follow(e);
     while !e.budget.try_reserve(2, force) {
         e.threads.wake_kswapd();
         std::thread::sleep(std::time::Duration::from_micros(50));

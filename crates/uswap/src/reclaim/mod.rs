@@ -44,6 +44,7 @@ pub(crate) fn make_room<'a>(
     want: i64,
 ) -> Option<Room<'a>> {
     let mut stalled = 0;
+    crate::memcg::follow(e);
     loop {
         // After two passes of reclaim without progress: over budget rather than a
         // hung fault (said once).
@@ -179,6 +180,7 @@ pub(crate) fn run(e: &Arc<Engine>, mut ctx: ThreadCtx) {
         if e.threads.is_shutdown() && !ctx.io_pending() {
             break;
         }
+        crate::memcg::follow(e);
         {
             let _a = e.fork.enter();
             crate::fork::arm_child_polls(e, &mut ctx);
@@ -226,6 +228,8 @@ pub(crate) fn run(e: &Arc<Engine>, mut ctx: ThreadCtx) {
                 .ring
                 .wait_for(d.max(std::time::Duration::from_millis(1))),
             (true, None) => ctx.ring.wait_for(std::time::Duration::from_millis(100)),
+            // Following a memory cgroup: awake to read it again.
+            _ if e.memcg.is_some() => ctx.ring.wait_for(crate::memcg::PERIOD),
             _ => ctx.ring.wait(),
         }
         e.threads.kswapd_sleeps(false);
