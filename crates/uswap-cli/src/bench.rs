@@ -322,7 +322,7 @@ pub struct BenchArgs {
 
     /// Resident budget of the uswap pool [default: 256M]: resident pages, swap cache and
     /// metadata stay under it. In a memory cgroup, the pool also stays under the room the
-    /// cgroup leaves it (its limit less the program's own memory), read every 10 ms.
+    /// cgroup leaves it (its limit less the program's own memory), read every 5 ms.
     #[arg(long, value_name = "SIZE", default_value = "256M", hide_default_value = true, value_parser = parse_size_arg)]
     pub budget: u64,
 

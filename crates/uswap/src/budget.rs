@@ -203,6 +203,16 @@ impl Budget {
         self.cap.store(bytes, Relaxed);
     }
 
+    /// The cgroup's room as last read (bytes; `u64::MAX` when none is followed).
+    pub(crate) fn cap_bytes(&self) -> u64 {
+        self.cap.load(Relaxed)
+    }
+
+    /// Pages under the limit that faults leave to reclaim.
+    pub(crate) fn reserve_pages(&self) -> u64 {
+        self.reclaim_reserve.max(0) as u64
+    }
+
     /// Bytes the engine may hold now: the budget, or the cgroup's room if less.
     pub(crate) fn effective_bytes(&self) -> u64 {
         self.budget.min(self.cap.load(Relaxed))

@@ -10,12 +10,17 @@
 //! reclaim thread. A program whose own heap grows makes the engine give room back;
 //! room that the program leaves is the engine's to use.
 //!
-//! `--budget auto` ([`limit`]) asks for all of it: in a container limited to 2 GiB,
-//! `uswap run --budget auto -- prog` keeps as much of prog's region resident as the
-//! 2 GiB leaves, as kernel swap would in that container.
+//! `--fill-memcg` ([`limit`] as the budget) asks for all of it: in a container limited
+//! to 2 GiB, `uswap run --fill-memcg -- prog` keeps as much of prog's region resident as
+//! the 2 GiB leaves, as kernel swap would in that container.
 //!
 //! The binding cgroup is the one with the tightest limit among the process's cgroup
 //! and its ancestors (the kernel charges each); its usage counts everything under it.
+//! File pages in its page cache are not "outside": the kernel reclaims them at the
+//! limit (a program that reads files would otherwise squeeze the engine to its floor).
+//! Not seen: limits above a cgroup namespace's root, and `memory.high` (throttling,
+//! not the OOM killer). Several engines in one cgroup (a preloaded program's children)
+//! each read the same room; the margin covers a little of that, not all.
 
 use crate::engine::Engine;
 use crate::{PAGE_SIZE, UNIT_SIZE};
@@ -38,15 +43,19 @@ fn margin(limit: u64) -> u64 {
 }
 
 /// Memory outside the engine counts at its highest recent reading: it is given back
-/// to the engine over ~2 s (1/400 of the drop per reading), not at once, so that a
+/// to the engine slowly (1/400 of the drop per reading: 63% in 2 s of readings), not
+/// at once, so that a
 /// heap that shrinks and grows again does not make the engine fill and evict in turn.
 const OUTSIDE_DECAY: u64 = 400;
 
-/// The binding cgroup's limit and usage files, kept open (a reading is two preads).
+/// The binding cgroup's limit, usage and stat files, kept open (a reading is three
+/// preads).
 pub(crate) struct Follow {
     dir: PathBuf,
     limit: File,
     usage: File,
+    stat: File,
+    v2: bool,
     /// The cgroup's limit when the pool started, for messages.
     start_limit: u64,
     /// Next reading due (ns since `epoch`); whoever moves it reads.
@@ -71,6 +80,8 @@ impl Follow {
         Some(Follow {
             limit: File::open(dir.join(l)).ok()?,
             usage: File::open(dir.join(u)).ok()?,
+            stat: File::open(dir.join("memory.stat")).ok()?,
+            v2,
             dir,
             start_limit,
             next_ns: AtomicU64::new(0),
@@ -86,7 +97,8 @@ impl Follow {
     fn room_for_engine(&self, engine: u64) -> Option<u64> {
         let limit = read_limit(&self.limit)?;
         let usage = read_u64(&self.usage)?;
-        let now = usage.saturating_sub(engine);
+        let file = file_pages_bytes(&self.stat, self.v2).unwrap_or(0);
+        let now = usage.saturating_sub(file).saturating_sub(engine);
         let outside = decayed(self.outside.load(Relaxed), now);
         self.outside.store(outside, Relaxed);
         Some(cap(limit, outside, 0))
@@ -113,23 +125,67 @@ impl Follow {
     }
 }
 
-/// Read the cgroup again and set the budget's cap to the engine's room in it (at
-/// start, then by the reclaim thread every [`PERIOD`]). Never below a few units: an
-/// engine with no room at all would only fault over its limit.
+/// Read the cgroup again, if a reading is due, and set the budget's cap to the
+/// engine's room in it (at start, then from the reclaim thread's loop and from every
+/// fault that reserves room, whichever comes first after [`PERIOD`]). Never below a few
+/// units: an engine with no room at all would only fault over its limit.
 pub(crate) fn follow(e: &Engine) {
     let Some(f) = e.memcg.as_ref().filter(|f| f.due()) else {
         return;
     };
     let b = &e.budget;
     let (md, md_reserved) = b.metadata_bytes();
-    let engine = b.promised_pages().max(0) as u64 * PAGE_SIZE as u64 + md + md_reserved;
+    // What the engine holds charged now (not what it reserved and has not touched:
+    // counted here, that would be room granted twice until the next reading).
+    let engine = b.usage_pages().max(0) as u64 * PAGE_SIZE as u64 + md;
     if let Some(room) = f.room_for_engine(engine) {
-        b.set_cap(room.max(md + md_reserved + FLOOR));
+        let floor = md + md_reserved + (b.reserve_pages() + FLOOR_PAGES) * PAGE_SIZE as u64;
+        b.set_cap(room.max(floor));
+        if let Some(c) = &e.tiers.compressed {
+            c.follow_limit(b.effective_bytes(), b.bytes());
+        }
     }
 }
 
-/// The least the cap leaves the engine besides its metadata: the smallest budget.
-const FLOOR: u64 = 4 * UNIT_SIZE as u64;
+/// The least the cap leaves the engine besides its metadata and reclaim's reserve:
+/// the smallest budget's worth of pages (4 units), room for the watermarks below it.
+const FLOOR_PAGES: u64 = 4 * UNIT_SIZE as u64 / PAGE_SIZE as u64;
+
+/// How long the reclaim thread may sleep before the next reading: [`PERIOD`] while the
+/// cgroup's room is near the budget (within 64 MiB or a quarter), ten times that while
+/// the budget is well inside it.
+pub(crate) fn sleep_for(e: &Engine) -> Duration {
+    let b = &e.budget;
+    let near = b.bytes() + (64 << 20).max(b.bytes() / 4);
+    if b.cap_bytes() < near {
+        PERIOD
+    } else {
+        PERIOD * 10
+    }
+}
+
+/// Bytes of file pages (active and inactive) in the cgroup's page cache: reclaimable
+/// by the kernel at the limit, so not memory the engine must leave room for.
+fn file_pages_bytes(stat: &File, v2: bool) -> Option<u64> {
+    // (On the stack of an in-thread fault's signal handler: no allocation, 4 KiB; the
+    // file keys come early in v1's and v2's memory.stat.)
+    let mut buf = [0u8; 4096];
+    let n = stat.read_at(&mut buf, 0).ok()?;
+    let text = std::str::from_utf8(&buf[..n]).ok()?;
+    let keys: [&str; 2] = if v2 {
+        ["active_file", "inactive_file"]
+    } else {
+        // hierarchical: the binding cgroup may be an ancestor
+        ["total_active_file", "total_inactive_file"]
+    };
+    Some(
+        text.lines()
+            .filter_map(|l| l.split_once(' '))
+            .filter(|(k, _)| keys.contains(k))
+            .filter_map(|(_, v)| v.trim().parse::<u64>().ok())
+            .sum(),
+    )
+}
 
 /// Memory outside the engine, read as `now` after `before`: a rise counts at once, a
 /// drop by 1/[`OUTSIDE_DECAY`] per reading.
@@ -162,10 +218,7 @@ fn binding() -> Option<(PathBuf, u64)> {
     let ram = crate::sys::mem::mem_total().unwrap_or(u64::MAX);
     // The process's path inside the hierarchy, relative to the mount's root (a
     // cgroup namespace mounts its own cgroup as "/").
-    let rel = Path::new(&path)
-        .strip_prefix(&root)
-        .unwrap_or(Path::new(""))
-        .to_path_buf();
+    let rel = Path::new(&path).strip_prefix(&root).ok()?.to_path_buf();
     let mut best: Option<(PathBuf, u64)> = None;
     let mut dir = Path::new(&mount).join(rel);
     let (limit_file, _) = files(v2);
@@ -194,7 +247,9 @@ fn locate(cgroup: &str, mountinfo: &str) -> Option<(String, String, String, bool
     let mut v2_path = None;
     for line in cgroup.lines() {
         let mut f = line.splitn(3, ':');
-        let (_, ctrl, path) = (f.next()?, f.next()?, f.next()?);
+        let (Some(_), Some(ctrl), Some(path)) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
         if ctrl.split(',').any(|c| c == "memory") {
             v1_path = Some(path.to_string());
         } else if ctrl.is_empty() {
@@ -205,7 +260,9 @@ fn locate(cgroup: &str, mountinfo: &str) -> Option<(String, String, String, bool
     let mut v2_mount = None;
     for line in mountinfo.lines() {
         // "ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTS"
-        let (pre, post) = line.split_once(" - ")?;
+        let Some((pre, post)) = line.split_once(" - ") else {
+            continue;
+        };
         let pre: Vec<&str> = pre.split(' ').collect();
         let post: Vec<&str> = post.split(' ').collect();
         if pre.len() < 5 || post.len() < 3 {
@@ -225,9 +282,16 @@ fn locate(cgroup: &str, mountinfo: &str) -> Option<(String, String, String, bool
     Some((m, r, v2_path?, true))
 }
 
-/// A limit file: bytes, or `None` for "max" (v2) or an unreadable file.
+/// A limit file: bytes (`u64::MAX` for v2's "max": a limit lifted while the pool
+/// runs), or `None` for an unreadable file.
 fn read_limit(f: &File) -> Option<u64> {
-    read_u64(f)
+    let mut buf = [0u8; 32];
+    let n = f.read_at(&mut buf, 0).ok()?;
+    let text = std::str::from_utf8(&buf[..n]).ok()?.trim();
+    match text {
+        "max" => Some(u64::MAX),
+        t => t.parse().ok(),
+    }
 }
 
 fn read_u64(f: &File) -> Option<u64> {
@@ -288,7 +352,7 @@ mod tests {
         for _ in 0..40 {
             o = decayed(o, 10 * mib);
         }
-        // 40 readings (0.2 s) give back ~2 of 20 MiB; ~2 s give back most of it.
+        // 40 readings (0.2 s) give back ~2 of 20 MiB; 2,000 (10 s) nearly all.
         assert!(o > 27 * mib && o < 29 * mib, "{o}");
         for _ in 0..2000 {
             o = decayed(o, 10 * mib);

@@ -243,7 +243,7 @@ impl PoolBuilder {
 
     /// Whether the budget gives way to the process's memory cgroup (default on): the
     /// engine then holds at most the cgroup's limit less what the process holds
-    /// outside it, read every 10 ms, so that a budget bigger than the cgroup's room
+    /// outside it, read every 5 ms, so that a budget bigger than the cgroup's room
     /// or a program's growing heap does not end in the OOM killer.
     pub fn follow_memcg(mut self, on: bool) -> Self {
         self.follow_memcg = on;

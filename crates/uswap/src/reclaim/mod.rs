@@ -227,9 +227,11 @@ pub(crate) fn run(e: &Arc<Engine>, mut ctx: ThreadCtx) {
             (true, Some(d)) => ctx
                 .ring
                 .wait_for(d.max(std::time::Duration::from_millis(1))),
+            // Following a memory cgroup: awake to read it again (also while a pass
+            // could not reach its target: the cgroup may leave less room by now).
+            (true, None) if e.memcg.is_some() => ctx.ring.wait_for(crate::memcg::sleep_for(e)),
             (true, None) => ctx.ring.wait_for(std::time::Duration::from_millis(100)),
-            // Following a memory cgroup: awake to read it again.
-            _ if e.memcg.is_some() => ctx.ring.wait_for(crate::memcg::PERIOD),
+            _ if e.memcg.is_some() => ctx.ring.wait_for(crate::memcg::sleep_for(e)),
             _ => ctx.ring.wait(),
         }
         e.threads.kswapd_sleeps(false);

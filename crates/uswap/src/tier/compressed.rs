@@ -54,8 +54,11 @@ pub(crate) struct Compressed {
     unit_live: Mutex<HashMap<Slot, u16>>,
     /// Entries, oldest first (may be stale: checked when popped).
     order: Mutex<VecDeque<Stored>>,
-    /// The pool's share of the budget, in bytes (its limit).
+    /// The pool's share of the budget, in bytes (its limit); it follows the budget's
+    /// limit down where a memory cgroup leaves less (`follow_limit`).
     share: AtomicU64,
+    /// The share of the whole budget, as started.
+    share_max: u64,
     /// Whether entries may be written back to the back tier.
     writeback: bool,
     /// Stores refused in a row for compressing poorly; past `POOR_RUN`, only one store
@@ -134,6 +137,7 @@ impl Compressed {
             unit_live: Mutex::new(HashMap::new()),
             order: Mutex::new(VecDeque::new()),
             share: AtomicU64::new(share_bytes),
+            share_max: share_bytes,
             writeback,
             poor_run: std::sync::atomic::AtomicU32::new(0),
             charging: Mutex::new(()),
@@ -219,6 +223,18 @@ impl Compressed {
             return 0;
         }
         room
+    }
+
+    /// The budget's limit is now `limit` bytes of `budget` (its memory cgroup leaves
+    /// less room, or more again): the share shrinks or grows in proportion, so that
+    /// the pool writes back before it fills the whole limit.
+    pub(crate) fn follow_limit(&self, limit: u64, budget: u64) {
+        let share = if limit >= budget {
+            self.share_max
+        } else {
+            (self.share_max as u128 * limit as u128 / budget.max(1) as u128) as u64
+        };
+        self.share.store(share, Relaxed);
     }
 
     /// Whether the pool wants writeback: past 15/16 of its share, or a store was
