@@ -601,29 +601,18 @@ fn cgroup_limit_reports_oom_and_passes_output_through() {
 fn the_budget_gives_way_to_its_memory_cgroup() {
     let m = machine();
     let before = m.before();
-    let cases: [&[&str]; 3] = [
-        &[
-            "pmbench",
-            "--unit",
-            "4k",
-            "--duration",
-            "2s",
-            "--budget",
-            "1G",
-        ],
-        &["swap-w-seq", "--unit", "2m", "--budget", "1G"],
-        &[
-            "pmbench",
-            "--unit",
-            "4k",
-            "--duration",
-            "2s",
-            "--budget",
-            "64M",
-            "--fill-memcg",
-        ],
+    // pmbench, 4 KiB units, 2 s; then the budget (and --fill-memcg).
+    let pm = |tail: &[&'static str]| {
+        let mut a = vec!["pmbench", "--unit", "4k", "--duration", "2s"];
+        a.extend_from_slice(tail);
+        a
+    };
+    let cases = [
+        pm(&["--budget", "1G"]),
+        vec!["swap-w-seq", "--unit", "2m", "--budget", "1G"],
+        pm(&["--budget", "64M", "--fill-memcg"]),
     ];
-    for case in cases {
+    for case in &cases {
         let mut args = vec!["bench"];
         args.extend_from_slice(case);
         args.extend_from_slice(&["--size", "512M", "--cgroup-limit", "160M", "--json"]);
