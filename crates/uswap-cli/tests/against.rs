@@ -631,13 +631,10 @@ fn the_budget_gives_way_to_its_memory_cgroup() {
         if case.contains(&"--fill-memcg") {
             // It took more than the 64 MiB asked: the cgroup's room.
             assert_eq!(j["budget"].as_u64(), Some(160 << 20), "{j}");
+            // (The limit read at the end is no measure: the run's last moments move it.)
             assert!(
-                limit > 96 << 20,
-                "{case:?}: engine limit {limit} did not fill: {j}"
-            );
-            assert!(
-                peak > 64 << 20,
-                "{case:?}: peak {peak} never went past 64 MiB: {j}"
+                peak > 96 << 20,
+                "{case:?}: peak {peak}: it did not fill the room: {j}"
             );
         } else {
             assert!(peak <= 160 << 20, "{case:?}: peak {peak}: {j}");
