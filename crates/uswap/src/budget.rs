@@ -43,7 +43,7 @@ pub(crate) struct Budget {
     /// Bytes the engine may hold.
     budget: u64,
     /// Bytes the engine may hold now, if less: the room its memory cgroup leaves
-    /// (`memcg`), set by the reclaim thread.
+    /// (`memcg::follow`, from the reclaim thread or a fault, whichever reads first).
     cap: AtomicU64,
     /// Sum of the gauges: what the limit is checked against and the peak reads.
     used: AtomicI64,

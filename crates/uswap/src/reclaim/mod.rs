@@ -229,9 +229,8 @@ pub(crate) fn run(e: &Arc<Engine>, mut ctx: ThreadCtx) {
                 .wait_for(d.max(std::time::Duration::from_millis(1))),
             // Following a memory cgroup: awake to read it again (also while a pass
             // could not reach its target: the cgroup may leave less room by now).
-            (true, None) if e.memcg.is_some() => ctx.ring.wait_for(crate::memcg::sleep_for(e)),
-            (true, None) => ctx.ring.wait_for(std::time::Duration::from_millis(100)),
             _ if e.memcg.is_some() => ctx.ring.wait_for(crate::memcg::sleep_for(e)),
+            (true, None) => ctx.ring.wait_for(std::time::Duration::from_millis(100)),
             _ => ctx.ring.wait(),
         }
         e.threads.kswapd_sleeps(false);
