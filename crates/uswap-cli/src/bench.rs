@@ -448,6 +448,17 @@ pub struct BenchArgs {
     )]
     pub io_poll_us: u32,
 
+    /// With `--fault-mode in-thread`: microseconds a faulting thread polls for the end of
+    /// its own page's read (the file's, or the cluster's reply), yielding its CPU to any
+    /// runnable thread between looks, before it sleeps; 0: sleep at once [default: 250].
+    #[arg(
+        long,
+        value_name = "US",
+        default_value_t = uswap::OWN_READ_POLL_US,
+        hide_default_value = true
+    )]
+    pub own_read_poll_us: u32,
+
     #[command(flatten)]
     pub tiers: crate::tier::TierArgs,
 
@@ -557,6 +568,7 @@ impl BenchArgs {
         push("--fault-threads", self.fault_threads.to_string());
         push("--spin-us", self.spin_us.to_string());
         push("--io-poll-us", self.io_poll_us.to_string());
+        push("--own-read-poll-us", self.own_read_poll_us.to_string());
         push("--fault-mode", self.fault_mode.name().to_string());
         a.extend(self.tiers.to_cli_args());
         let mut push = |k: &str, v: String| {
@@ -634,6 +646,7 @@ impl BenchArgs {
             .unit(self.unit.policy())
             .spin_us(self.spin_us)
             .io_poll_us(self.io_poll_us)
+            .own_read_poll_us(self.own_read_poll_us)
             .fault_mode(match self.fault_mode {
                 FaultModeArg::Handler => uswap::FaultMode::Handler,
                 FaultModeArg::InThread => uswap::FaultMode::InThread,

@@ -8,7 +8,11 @@
 //!   readahead, whose pages the window read ahead (the first touch of a page read
 //!   ahead is a minor fault served from the cache);
 //! - O_DIRECT 4 KiB preads at random offsets of a file in the swap file's directory
-//!   (the same disk and filesystem).
+//!   (the same disk and filesystem);
+//! - the same reads through io_uring, their completion polled (yielding the CPU between
+//!   looks) for up to `OWN_READ_POLL_US` before sleeping: the device's cost for a fault
+//!   that polls for its read (`--fault-mode in-thread`), which skips the sleep and
+//!   wake-up that a pread pays.
 //!
 //! Each access is classified by the region's counters (majflt, swapcache_hit) read
 //! outside the timed window; accesses of another kind are not counted.
@@ -16,6 +20,7 @@
 use crate::bench::BenchArgs;
 use hdrhistogram::Histogram;
 use serde::Serialize;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
@@ -57,8 +62,12 @@ pub struct FaultLatency {
     pub major_fault: Sample,
     pub swapcache_hit: Sample,
     pub pread: Sample,
+    pub polled_read: Sample,
+    pub own_read_poll_us: u32,
     /// Major fault p50 minus pread p50.
     pub major_minus_pread_p50_us: f64,
+    /// Major fault p50 minus polled read p50.
+    pub major_minus_polled_read_p50_us: f64,
     pub verify: &'static str,
 }
 
@@ -137,6 +146,14 @@ impl Drop for AlignedPage {
     }
 }
 
+fn errno_text(n: i32) -> String {
+    if n < 0 {
+        std::io::Error::from_raw_os_error(-n).to_string()
+    } else {
+        format!("{n} bytes of {PAGE}")
+    }
+}
+
 /// Run it.
 pub fn run(args: &BenchArgs) -> Result<FaultLatency, String> {
     let pool = args
@@ -171,7 +188,8 @@ pub fn run(args: &BenchArgs) -> Result<FaultLatency, String> {
     })?;
     let fpages = (64 << 20) / PAGE;
     let mut buf = AlignedPage::new(1);
-    let (mut h_major, mut h_hit, mut h_pread) = (hist(), hist(), hist());
+    let (mut h_major, mut h_hit, mut h_pread, mut h_polled) = (hist(), hist(), hist(), hist());
+    let poll = std::time::Duration::from_micros(uswap::OWN_READ_POLL_US as u64);
     let mut rng = args.seed | 1;
     let mut next = || {
         rng ^= rng << 13;
@@ -221,11 +239,27 @@ pub fn run(args: &BenchArgs) -> Result<FaultLatency, String> {
         file.read_exact_at(buf.bytes_mut(), off)
             .map_err(|e| format!("O_DIRECT pread: {e}"))?;
         let _ = h_pread.record(t.elapsed().as_nanos() as u64);
+        // The disk alone, polled.
+        let off = ((next() as usize) % fpages * PAGE) as u64;
+        let t = Instant::now();
+        let n = uswap::read_own_page(file.as_raw_fd(), buf.bytes_mut(), off, poll);
+        let d = t.elapsed();
+        match n {
+            Some(n) if n == PAGE as i32 => {
+                let _ = h_polled.record(d.as_nanos() as u64);
+            }
+            Some(n) => return Err(format!("polled O_DIRECT read: {}", errno_text(n))),
+            None => return Err("polled O_DIRECT read: no io_uring here".into()),
+        }
     }
     if h_major.is_empty() {
         return Err("no access was a major fault: the region did not swap out".into());
     }
-    let (m, p) = (Sample::of(&h_major), Sample::of(&h_pread));
+    let (m, p, q) = (
+        Sample::of(&h_major),
+        Sample::of(&h_pread),
+        Sample::of(&h_polled),
+    );
     if let Some(b) = &bad {
         eprintln!("uswap: verify FAILED: {b}");
     }
@@ -238,9 +272,12 @@ pub fn run(args: &BenchArgs) -> Result<FaultLatency, String> {
         fault_mode: args.fault_mode.name(),
         io_poll_us: args.io_poll_us,
         major_minus_pread_p50_us: m.p50_us - p.p50_us,
+        major_minus_polled_read_p50_us: m.p50_us - q.p50_us,
+        own_read_poll_us: args.own_read_poll_us,
         major_fault: m,
         swapcache_hit: Sample::of(&h_hit),
         pread: p,
+        polled_read: q,
         verify: if bad.is_some() { "FAILED" } else { "ok" },
     })
 }
@@ -262,10 +299,11 @@ pub fn main(args: &BenchArgs) -> i32 {
             uswap::format_size(r.size),
             uswap::format_size(r.budget),
             r.fault_mode,
-            if r.io_poll_us > 0 {
-                format!(" (completion polling {} µs)", r.io_poll_us)
-            } else {
-                String::new()
+            match (r.fault_mode, r.io_poll_us, r.own_read_poll_us) {
+                ("in-thread", _, 0) => " (reads waited for asleep)".to_string(),
+                ("in-thread", _, us) => format!(" (own reads polled up to {us} µs)"),
+                (_, 0, _) => String::new(),
+                (_, us, _) => format!(" (completion polling {us} µs)"),
             },
             r.fault_threads
         );
@@ -277,6 +315,7 @@ pub fn main(args: &BenchArgs) -> i32 {
             ("4 KiB major fault", &r.major_fault),
             ("swap-cache hit", &r.swapcache_hit),
             ("O_DIRECT 4 KiB pread", &r.pread),
+            ("O_DIRECT 4 KiB read, polled", &r.polled_read),
         ] {
             println!(
                 "{name:<26} {:>7} {:>9.1} {:>9.1} {:>9.1}",
@@ -284,8 +323,8 @@ pub fn main(args: &BenchArgs) -> i32 {
             );
         }
         println!(
-            "major fault - pread, p50: {:+.1} µs; verify {}",
-            r.major_minus_pread_p50_us, r.verify
+            "major fault - pread, p50: {:+.1} µs; - polled read: {:+.1} µs; verify {}",
+            r.major_minus_pread_p50_us, r.major_minus_polled_read_p50_us, r.verify
         );
     }
     if r.verify == "ok" {

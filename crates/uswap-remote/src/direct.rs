@@ -264,8 +264,10 @@ impl DirectReads {
     /// Reads `id` and waits for it, on this thread: the direct path, or the runtime's
     /// (which retries for up to `retry_for`) when the direct path hands it on. For a caller
     /// that cannot sleep in a ring: a fault served in the faulting thread itself. Use one
-    /// `DirectReads` either this way or through `get_batch`, not both.
-    pub fn get_blocking(&mut self, id: u64) -> Result<Vec<u8>, RemoteError> {
+    /// `DirectReads` either this way or through `get_batch`, not both. For up to `poll`
+    /// the sockets are looked at without sleeping, the CPU given to any other runnable
+    /// thread between looks: a reply that arrives meanwhile costs no wake-up.
+    pub fn get_blocking(&mut self, id: u64, poll: Duration) -> Result<Vec<u8>, RemoteError> {
         let token = self.next_blocking;
         self.next_blocking += 1;
         let cfg = &self.shared().cfg;
@@ -301,7 +303,9 @@ impl DirectReads {
                 .deadline()
                 .map_or(left, |d| d.saturating_duration_since(Instant::now()))
                 .min(left);
-            wait_readable(&fds, wait);
+            if !poll_readable(&fds, (started + poll).min(Instant::now() + wait)) {
+                wait_readable(&fds, wait);
+            }
             for &t in &tokens {
                 self.readable(t);
             }
@@ -638,6 +642,27 @@ impl Link {
 }
 
 /// Sleeps until one of `fds` is readable (or hung up), or `timeout`.
+/// Whether one of `fds` is readable, looked at until `until` without sleeping (the CPU
+/// given to other runnable threads between looks).
+fn poll_readable(fds: &[RawFd], until: Instant) -> bool {
+    let mut polls: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    while Instant::now() < until {
+        // SAFETY: as in `wait_readable`; a zero timeout returns at once.
+        if unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, 0) } > 0 {
+            return true;
+        }
+        std::thread::yield_now();
+    }
+    false
+}
+
 fn wait_readable(fds: &[RawFd], timeout: Duration) {
     let mut polls: Vec<libc::pollfd> = fds
         .iter()

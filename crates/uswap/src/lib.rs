@@ -45,9 +45,11 @@ pub use error::{Error, Result};
 pub use fork::{after_fork_child, after_fork_parent, prepare_fork};
 pub use pool::{
     Compressor, DeviceKind, FaultInjection, FaultMode, Pool, PoolBuilder, ReadaheadPolicy,
-    StaleSlotPolicy, TierKind, UnitPolicy,
+    StaleSlotPolicy, TierKind, UnitPolicy, OWN_READ_POLL_US,
 };
 pub use region::{Region, RegionOptions};
+#[doc(hidden)]
+pub use ring::read_own_page;
 pub use size::{format_size, parse_size};
 pub use stats::Counters;
 /// The file tier's swap file or device (placement, growth), for tools and tests.

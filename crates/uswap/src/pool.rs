@@ -9,6 +9,10 @@ use crate::stats::Counters;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+/// Default of [`PoolBuilder::own_read_poll_us`]: past the disk's 4 KiB read p99 here
+/// (~100-150 µs), so that nearly every read ends while its thread still polls.
+pub const OWN_READ_POLL_US: u32 = 250;
+
 /// How big a unit a region swaps in and out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum UnitPolicy {
@@ -189,6 +193,7 @@ pub struct PoolBuilder {
     pub(crate) unit: UnitPolicy,
     pub(crate) spin_us: u32,
     pub(crate) io_poll_us: u32,
+    pub(crate) own_read_poll_us: u32,
     pub(crate) fault_mode: FaultMode,
     pub(crate) fork_hooks: bool,
     pub(crate) tier: TierKind,
@@ -217,6 +222,7 @@ impl Default for PoolBuilder {
             unit: UnitPolicy::Auto,
             spin_us: 0,
             io_poll_us: 0,
+            own_read_poll_us: OWN_READ_POLL_US,
             fault_mode: FaultMode::Handler,
             fork_hooks: true,
             tier: TierKind::File,
@@ -316,6 +322,16 @@ impl PoolBuilder {
     /// at once instead of after a wake-up. 0: never poll.
     pub fn io_poll_us(mut self, us: u32) -> Self {
         self.io_poll_us = us;
+        self
+    }
+    /// Microseconds a faulting thread that reads its own page (in-thread faults: the
+    /// file tier's read, the remote tier's reply) polls for the read's end before it
+    /// sleeps, giving its CPU to any other runnable thread between looks
+    /// (`sched_yield`). 0: sleep at once. Default 250: the thread has nothing else to
+    /// do, and its sleep and wake-up cost more than the disk's 4 KiB read on a VM
+    /// (docs/design.md, "The fault path").
+    pub fn own_read_poll_us(mut self, us: u32) -> Self {
+        self.own_read_poll_us = us;
         self
     }
     /// Default fault mode of regions (fault threads, or in the faulting thread).

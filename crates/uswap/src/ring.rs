@@ -235,3 +235,82 @@ impl Ring {
         Some(op)
     }
 }
+
+thread_local! {
+    /// A faulting thread's own ring for its reads (in-thread faults), and the process
+    /// that made it: a ring inherited over fork is its parent's (the same queues,
+    /// mapped shared), never used by the child, whose reads could take the parent's
+    /// completions.
+    static OWN_READS: std::cell::RefCell<Option<(IoUring, u32)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Read 4 KiB at byte `off` of `fd` into the page at `buf`, on the calling thread's own
+/// small ring, and wait for it: poll the completion queue (shared memory) for up to
+/// `poll`, giving the CPU to any other runnable thread between looks, then sleep. A
+/// thread that faults in its own page has nothing else to do meanwhile, and on this VM
+/// its sleep and wake-up cost more than polling: the read's completion reaches a thread
+/// that never left its CPU. The read's result (bytes, or -errno); `None` when `poll` is
+/// zero or no ring can be had here (a fault while this thread's ring is in use), for
+/// the caller's synchronous `pread`.
+pub(crate) fn read_own(fd: RawFd, buf: usize, off: u64, poll: std::time::Duration) -> Option<i32> {
+    if poll.is_zero() {
+        return None;
+    }
+    OWN_READS
+        .try_with(|r| {
+            let mut r = r.try_borrow_mut().ok()?;
+            let pid = std::process::id();
+            if r.as_ref().is_none_or(|(_, p)| *p != pid) {
+                // (dropping the parent's unmaps and closes this process's copies only)
+                *r = None;
+                *r = Some((IoUring::new(2).ok()?, pid));
+            }
+            let (ring, _) = r.as_mut()?;
+            let sqe = opcode::Read::new(types::Fd(fd), buf as *mut u8, PAGE_SIZE as u32)
+                .offset(off)
+                .build();
+            // SAFETY: `buf` is a page the caller owns until this function returns, and
+            // it returns only with the read's completion.
+            unsafe { ring.submission().push(&sqe).ok()? };
+            let t = std::time::Instant::now();
+            loop {
+                match ring.submit() {
+                    Ok(_) => break,
+                    Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                    Err(e) => return Some(-e.raw_os_error().unwrap_or(libc::EIO)),
+                }
+            }
+            loop {
+                if let Some(c) = ring.completion().next() {
+                    return Some(c.result());
+                }
+                if t.elapsed() < poll {
+                    std::thread::yield_now();
+                    continue;
+                }
+                match ring.submit_and_wait(1) {
+                    Ok(_) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                    // the read is in flight: its buffer must not be given back before
+                    // its completion, so keep waiting
+                    Err(_) => std::thread::sleep(std::time::Duration::from_micros(50)),
+                }
+            }
+        })
+        .ok()
+        .flatten()
+}
+
+/// [`read_own`] into a caller's page-aligned 4 KiB buffer: `uswap bench fault-latency`'s
+/// baseline, the device's read as a polling fault waits for it.
+#[doc(hidden)]
+pub fn read_own_page(
+    fd: RawFd,
+    page: &mut [u8],
+    off: u64,
+    poll: std::time::Duration,
+) -> Option<i32> {
+    assert!(page.len() == PAGE_SIZE && (page.as_ptr() as usize).is_multiple_of(PAGE_SIZE));
+    read_own(fd, page.as_mut_ptr() as usize, off, poll)
+}

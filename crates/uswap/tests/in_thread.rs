@@ -54,21 +54,29 @@ fn check(words: &[AtomicU64], seed: u64) {
 #[test]
 fn in_thread_regions_are_exact_across_swap_out_and_in() {
     let _w = watchdog(120);
-    let pool = Pool::builder().budget(16 * MIB).build().unwrap();
-    let r = pool.region_with(64 * MIB, in_thread()).unwrap();
-    fill(r.as_words(), 1);
-    check(r.as_words(), 1);
-    fill(r.as_words(), 2);
-    check(r.as_words(), 2);
-    let c = r.counters();
-    assert!(c.pswpout > 0 && c.pswpin > 0, "{c:?}");
-    assert!(c.majflt > 0, "{c:?}");
-    assert!(
-        c.peak_used_bytes <= 16 * MIB,
-        "peak {} over the budget",
-        c.peak_used_bytes
-    );
-    pool.check_invariants().unwrap();
+    // The faulting thread's own read: polled on its own ring (the default), and a
+    // synchronous pread (polling off).
+    for poll_us in [uswap::OWN_READ_POLL_US, 0] {
+        let pool = Pool::builder()
+            .budget(16 * MIB)
+            .own_read_poll_us(poll_us)
+            .build()
+            .unwrap();
+        let r = pool.region_with(64 * MIB, in_thread()).unwrap();
+        fill(r.as_words(), 1);
+        check(r.as_words(), 1);
+        fill(r.as_words(), 2);
+        check(r.as_words(), 2);
+        let c = r.counters();
+        assert!(c.pswpout > 0 && c.pswpin > 0, "poll {poll_us} µs: {c:?}");
+        assert!(c.majflt > 0, "poll {poll_us} µs: {c:?}");
+        assert!(
+            c.peak_used_bytes <= 16 * MIB,
+            "poll {poll_us} µs: peak {} over the budget",
+            c.peak_used_bytes
+        );
+        pool.check_invariants().unwrap();
+    }
 }
 
 /// A write to a swapped page comes back dirty and writable on its one trap (x86-64's

@@ -151,9 +151,16 @@ impl Remote {
     /// Reads slot `s`'s page into `page`, waiting for it on the calling thread: for a fault
     /// served in the faulting thread (`fault::in_thread`), which has no ring to sleep in.
     /// Each thread keeps its own connections to the primaries (per store), so a read
-    /// costs its round trip and no wake-up of another thread. False: not read (no store,
-    /// the value is lost or damaged, or the cluster did not answer in time).
-    pub(crate) fn read_blocking(&self, s: Slot, page: &mut [u8]) -> bool {
+    /// costs its round trip and no wake-up of another thread; the reply is polled for up
+    /// to `poll` before the thread sleeps (`PoolBuilder::own_read_poll_us`). False: not
+    /// read (no store, the value is lost or damaged, or the cluster did not answer in
+    /// time).
+    pub(crate) fn read_blocking(
+        &self,
+        s: Slot,
+        page: &mut [u8],
+        poll: std::time::Duration,
+    ) -> bool {
         thread_local! {
             /// By store id: this thread's direct reads.
             static READERS: std::cell::RefCell<HashMap<u64, DirectReads>> =
@@ -180,7 +187,7 @@ impl Remote {
         } else {
             page.len()
         };
-        let mut read = |d: &mut DirectReads| match d.get_blocking(id) {
+        let mut read = |d: &mut DirectReads| match d.get_blocking(id, poll) {
             Ok(bytes) if bytes.len() == want => {
                 page.copy_from_slice(&bytes[at..at + page.len()]);
                 true
