@@ -303,9 +303,8 @@ impl DirectReads {
                 .deadline()
                 .map_or(left, |d| d.saturating_duration_since(Instant::now()))
                 .min(left);
-            if !poll_readable(&fds, (started + poll).min(Instant::now() + wait)) {
-                wait_readable(&fds, wait);
-            }
+            let until = (started + poll).min(Instant::now() + wait);
+            wait_readable(&fds, until, wait);
             for &t in &tokens {
                 self.readable(t);
             }
@@ -641,10 +640,10 @@ impl Link {
     }
 }
 
-/// Sleeps until one of `fds` is readable (or hung up), or `timeout`.
-/// Whether one of `fds` is readable, looked at until `until` without sleeping (the CPU
-/// given to other runnable threads between looks).
-fn poll_readable(fds: &[RawFd], until: Instant) -> bool {
+/// Waits until one of `fds` is readable (or hung up), or `timeout`: first looks without
+/// sleeping until `until` (the CPU given to other runnable threads between looks), as a
+/// reply that arrives meanwhile costs no wake-up, then sleeps.
+fn wait_readable(fds: &[RawFd], until: Instant, timeout: Duration) {
     let mut polls: Vec<libc::pollfd> = fds
         .iter()
         .map(|&fd| libc::pollfd {
@@ -653,29 +652,21 @@ fn poll_readable(fds: &[RawFd], until: Instant) -> bool {
             revents: 0,
         })
         .collect();
+    // SAFETY: poll(2) on an array of `polls.len()` pollfds that lives across the call; the
+    // fds are this reader's open sockets. EINTR or an error just ends this wait early.
+    let poll = |polls: &mut Vec<libc::pollfd>, ms| unsafe {
+        libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, ms)
+    };
     while Instant::now() < until {
-        // SAFETY: as in `wait_readable`; a zero timeout returns at once.
-        if unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, 0) } > 0 {
-            return true;
+        if poll(&mut polls, 0) > 0 {
+            return;
         }
         std::thread::yield_now();
     }
-    false
-}
-
-fn wait_readable(fds: &[RawFd], timeout: Duration) {
-    let mut polls: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|&fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
-    let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
-    // SAFETY: poll(2) on an array of `polls.len()` pollfds that lives across the call; the
-    // fds are this reader's open sockets. EINTR or an error just ends this wait early.
-    unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, ms) };
+    poll(
+        &mut polls,
+        timeout.as_millis().clamp(1, i32::MAX as u128) as i32,
+    );
 }
 
 /// A command as a RESP array of bulk strings.

@@ -49,7 +49,7 @@ pub use pool::{
 };
 pub use region::{Region, RegionOptions};
 #[doc(hidden)]
-pub use ring::read_own_page;
+pub use ring::read_own;
 pub use size::{format_size, parse_size};
 pub use stats::Counters;
 /// The file tier's swap file or device (placement, growth), for tools and tests.

@@ -236,53 +236,79 @@ impl Ring {
     }
 }
 
-thread_local! {
-    /// A faulting thread's own ring for its reads (in-thread faults), and the process
-    /// that made it: a ring inherited over fork is its parent's (the same queues,
-    /// mapped shared), never used by the child, whose reads could take the parent's
-    /// completions.
-    static OWN_READS: std::cell::RefCell<Option<(IoUring, u32)>> =
-        const { std::cell::RefCell::new(None) };
+/// A faulting thread's own ring for its reads (in-thread faults).
+struct OwnRing {
+    /// `None`: none could be made in this process (no io_uring here): pread.
+    ring: Option<IoUring>,
+    /// The process that made it: a ring inherited over fork is the parent's (the same
+    /// queues, mapped shared), never used by the child, whose reads could take the
+    /// parent's completions.
+    pid: u32,
+    /// `user_data` of the last read: a completion of another (none is expected: each
+    /// read is waited for) is passed over, never taken for this read's.
+    seq: u64,
 }
 
-/// Read 4 KiB at byte `off` of `fd` into the page at `buf`, on the calling thread's own
-/// small ring, and wait for it: poll the completion queue (shared memory) for up to
-/// `poll`, giving the CPU to any other runnable thread between looks, then sleep. A
-/// thread that faults in its own page has nothing else to do meanwhile, and on this VM
-/// its sleep and wake-up cost more than polling: the read's completion reaches a thread
-/// that never left its CPU. The read's result (bytes, or -errno); `None` when `poll` is
-/// zero or no ring can be had here (a fault while this thread's ring is in use), for
-/// the caller's synchronous `pread`.
-pub(crate) fn read_own(fd: RawFd, buf: usize, off: u64, poll: std::time::Duration) -> Option<i32> {
+thread_local! {
+    static OWN_READS: std::cell::RefCell<Option<OwnRing>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Read 4 KiB at byte `off` of `fd` into `page` (page-aligned, 4 KiB) on the calling
+/// thread's own small ring, and wait for it: look at the completion queue for up to
+/// `poll`, giving the CPU to any other runnable thread between looks (the yield also
+/// enters the kernel, where the completion's task work is run), then sleep. A thread
+/// that faults in its own page has nothing else to do meanwhile, and on this VM a sleep
+/// and its wake-up cost more than looking: a polled 4 KiB read took ~10 µs less than a
+/// pread (`uswap bench fault-latency`). The read's result (bytes, or -errno); `None`
+/// when `poll` is zero or this thread has no ring to use now (none can be made, a fault
+/// while the ring is in use, the ring refused the request; it is then dropped, with the
+/// request unsubmitted), for the caller's synchronous `pread`.
+pub fn read_own(fd: RawFd, page: &mut [u8], off: u64, poll: std::time::Duration) -> Option<i32> {
+    assert!(page.len() == PAGE_SIZE && (page.as_ptr() as usize).is_multiple_of(PAGE_SIZE));
     if poll.is_zero() {
         return None;
     }
     OWN_READS
-        .try_with(|r| {
-            let mut r = r.try_borrow_mut().ok()?;
+        .try_with(|cell| {
+            let mut cell = cell.try_borrow_mut().ok()?;
             let pid = std::process::id();
-            if r.as_ref().is_none_or(|(_, p)| *p != pid) {
+            if cell.as_ref().is_none_or(|o| o.pid != pid) {
                 // (dropping the parent's unmaps and closes this process's copies only)
-                *r = None;
-                *r = Some((IoUring::new(2).ok()?, pid));
+                *cell = None;
+                *cell = Some(OwnRing {
+                    ring: IoUring::new(2).ok(),
+                    pid,
+                    seq: 0,
+                });
             }
-            let (ring, _) = r.as_mut()?;
-            let sqe = opcode::Read::new(types::Fd(fd), buf as *mut u8, PAGE_SIZE as u32)
+            let own = cell.as_mut()?;
+            own.seq += 1;
+            let seq = own.seq;
+            let ring = own.ring.as_mut()?;
+            let sqe = opcode::Read::new(types::Fd(fd), page.as_mut_ptr(), PAGE_SIZE as u32)
                 .offset(off)
-                .build();
-            // SAFETY: `buf` is a page the caller owns until this function returns, and
-            // it returns only with the read's completion.
-            unsafe { ring.submission().push(&sqe).ok()? };
-            let t = std::time::Instant::now();
+                .build()
+                .user_data(seq);
+            // SAFETY: `page` is borrowed until this function returns, and it returns
+            // only once the read completed, or with the request never submitted (the
+            // ring dropped with it).
+            if unsafe { ring.submission().push(&sqe) }.is_err() {
+                own.ring = None;
+                return None;
+            }
             loop {
                 match ring.submit() {
-                    Ok(_) => break,
+                    Ok(1) => break,
                     Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                    Err(e) => return Some(-e.raw_os_error().unwrap_or(libc::EIO)),
+                    _ => {
+                        own.ring = None;
+                        return None;
+                    }
                 }
             }
+            let t = std::time::Instant::now();
             loop {
-                if let Some(c) = ring.completion().next() {
+                if let Some(c) = ring.completion().find(|c| c.user_data() == seq) {
                     return Some(c.result());
                 }
                 if t.elapsed() < poll {
@@ -292,8 +318,8 @@ pub(crate) fn read_own(fd: RawFd, buf: usize, off: u64, poll: std::time::Duratio
                 match ring.submit_and_wait(1) {
                     Ok(_) => {}
                     Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-                    // the read is in flight: its buffer must not be given back before
-                    // its completion, so keep waiting
+                    // the read is in flight: its page is not given back before its
+                    // completion, so keep waiting
                     Err(_) => std::thread::sleep(std::time::Duration::from_micros(50)),
                 }
             }
@@ -302,15 +328,72 @@ pub(crate) fn read_own(fd: RawFd, buf: usize, off: u64, poll: std::time::Duratio
         .flatten()
 }
 
-/// [`read_own`] into a caller's page-aligned 4 KiB buffer: `uswap bench fault-latency`'s
-/// baseline, the device's read as a polling fault waits for it.
-#[doc(hidden)]
-pub fn read_own_page(
-    fd: RawFd,
-    page: &mut [u8],
-    off: u64,
-    poll: std::time::Duration,
-) -> Option<i32> {
-    assert!(page.len() == PAGE_SIZE && (page.as_ptr() as usize).is_multiple_of(PAGE_SIZE));
-    read_own(fd, page.as_mut_ptr() as usize, off, poll)
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+
+    /// A page-aligned 4 KiB buffer.
+    struct Page(*mut u8);
+    impl Page {
+        fn new() -> Page {
+            let l = std::alloc::Layout::from_size_align(PAGE_SIZE, PAGE_SIZE).unwrap();
+            // SAFETY: a non-zero layout, freed in Drop with the same layout.
+            Page(unsafe { std::alloc::alloc_zeroed(l) })
+        }
+        fn bytes(&mut self) -> &mut [u8] {
+            // SAFETY: PAGE_SIZE bytes owned by self.
+            unsafe { std::slice::from_raw_parts_mut(self.0, PAGE_SIZE) }
+        }
+    }
+    impl Drop for Page {
+        fn drop(&mut self) {
+            let l = std::alloc::Layout::from_size_align(PAGE_SIZE, PAGE_SIZE).unwrap();
+            // SAFETY: allocated in `new` with this layout.
+            unsafe { std::alloc::dealloc(self.0, l) };
+        }
+    }
+
+    #[test]
+    fn own_reads_return_their_own_bytes_and_errors() {
+        let path = std::env::temp_dir().join(format!("uswap-ring-test-{}", std::process::id()));
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        for p in 0..16u8 {
+            f.write_all(&[p; PAGE_SIZE]).unwrap();
+        }
+        let mut page = Page::new();
+        let poll = std::time::Duration::from_micros(250);
+        // In any order, each read brings its own page; a failed one (a closed
+        // descriptor) returns its error, and the next read its own bytes again.
+        for (k, p) in [3u8, 0, 15, 7, 7, 1].into_iter().enumerate() {
+            if k == 3 {
+                assert_eq!(read_own(-1, page.bytes(), 0, poll), Some(-libc::EBADF));
+            }
+            let n = read_own(
+                f.as_raw_fd(),
+                page.bytes(),
+                p as u64 * PAGE_SIZE as u64,
+                poll,
+            );
+            assert_eq!(n, Some(PAGE_SIZE as i32), "page {p}");
+            assert!(page.bytes().iter().all(|&b| b == p), "page {p}");
+        }
+        // Past the end: 0 bytes, not another page's.
+        assert_eq!(
+            read_own(f.as_raw_fd(), page.bytes(), 16 * PAGE_SIZE as u64, poll),
+            Some(0)
+        );
+        // Polling off: the caller's pread.
+        assert_eq!(
+            read_own(f.as_raw_fd(), page.bytes(), 0, std::time::Duration::ZERO),
+            None
+        );
+    }
 }

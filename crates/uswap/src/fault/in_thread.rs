@@ -280,9 +280,10 @@ fn fault(e: &Engine, r: &Arc<RegionInner>, page: u64, write: bool) -> bool {
     true
 }
 
-/// Read page `page` (swapped to `slot` on the back tier) with a synchronous O_DIRECT
-/// pread into a frame, check it (with encryption: decrypt it), map it: clean, or
-/// dirty for a write (`write`). Under the unit's lock.
+/// Read page `page` (swapped to `slot` on the back tier) into a frame on this thread
+/// (an O_DIRECT read polled for, `ring::read_own`, else a pread; the remote tier's
+/// own request), check it (with encryption: decrypt it), map it: clean, or dirty for a
+/// write (`write`). Under the unit's lock.
 fn read_in(
     e: &Engine,
     r: &RegionInner,
@@ -309,7 +310,7 @@ fn read_in(
             },
             None => {
                 let (fd, off) = e.tiers.file().locate(slot);
-                match crate::ring::read_own(fd, frame, off, poll) {
+                match crate::ring::read_own(fd, e.frames.page_mut(frame), off, poll) {
                     Some(n) => n as isize,
                     // SAFETY: reads 4 KiB into a frame this thread owns (an O_DIRECT-
                     // aligned page of the arena, which only takes ordinary kernel faults).
