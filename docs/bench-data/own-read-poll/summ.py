@@ -1,4 +1,4 @@
-# Summaries of sitting.sh's runs: python3 summ.py DIR
+# Summaries of sitting.sh's (and rerun-t1.sh's) runs: python3 summ.py DIR
 import json, statistics as st, sys, os
 d0 = sys.argv[1]
 def load(p, side=None):
@@ -11,12 +11,15 @@ def load(p, side=None):
         return b
     return j
 for w in ['pmbench-1G-t1', 'pmbench-1G-t4', 'pmbench-2G-t1', 'pmbench-2G-t4']:
-    if not os.path.exists(f'{d0}/{w}/p250-3.json'):
+    n = 0
+    while all(os.path.exists(f'{d0}/{w}/{s}-{n + 1}.json') for s in ('k', 'p0', 'p250')):
+        n += 1
+    if n == 0:
         continue
     rows = {}
     for s in ['k', 'p0', 'p250']:
         side = 'kernel' if s == 'k' else 'uswap'
-        rows[s] = [load(f'{d0}/{w}/{s}-{i}.json', side) for i in (1, 2, 3)]
+        rows[s] = [load(f'{d0}/{w}/{s}-{i}.json', side) for i in range(1, n + 1)]
     print(f'== {w}')
     for s, v in rows.items():
         acc = [b['accesses_per_s'] for b in v]
