@@ -1,4 +1,5 @@
 #!/bin/bash
+scripts=$(cd "$(dirname "$0")" && pwd)
 # In-thread faults that poll for their own read (--own-read-poll-us 250, the default)
 # against the same faults sleeping for it (0) and against the kernel's swap file.
 # Every side in a memcg of budget + 64 MiB; uswap with --fill-memcg. 3 rounds, the order
@@ -7,20 +8,7 @@
 B=${USWAP_BIN:-/tmp/uswap-poll}
 here=$(cd "$(dirname "$0")/../../.." && pwd)
 D=${OUT:-/tmp/poll-sitting}; mkdir -p $D; cd $D
-pm() { # name args...
-  local w=$1; shift; mkdir -p $w
-  local i=0
-  for order in "k p0 p250" "p250 k p0" "p0 p250 k"; do
-    i=$((i+1))
-    for s in $order; do
-      case $s in
-        k) USWAP_BENCH_SIDES=kernel $B bench "$@" --against kernel --json > $w/k-$i.json 2> $w/k-$i.err ;;
-        p*) USWAP_BENCH_SIDES=uswap $B bench "$@" --fault-mode in-thread --own-read-poll-us ${s#p} --fill-memcg --against kernel --json > $w/$s-$i.json 2> $w/$s-$i.err ;;
-      esac
-      echo "$(date +%T) $w $i $s rc=$?" >> log
-    done
-  done
-}
+. "$scripts/pm.sh"
 pm pmbench-1G-t1 pmbench --size 1G --budget 256M --unit 4k --duration 5s
 pm pmbench-1G-t4 pmbench --size 1G --budget 256M --unit 4k --duration 5s --threads 4
 pm pmbench-2G-t1 pmbench --size 2G --budget 512M --unit 4k --duration 5s
