@@ -328,8 +328,8 @@ impl PoolBuilder {
     /// file tier's read, the remote tier's reply) polls for the read's end before it
     /// sleeps, giving its CPU to any other runnable thread between looks
     /// (`sched_yield`). 0: sleep at once. Default 250: the thread has nothing else to
-    /// do, and its sleep and wake-up cost more than the disk's 4 KiB read on a VM
-    /// (docs/design.md, "The fault path").
+    /// do, and on this VM a sleep and its wake-up add ~10 µs to a 4 KiB read
+    /// (docs/design.md, "Own reads, polled").
     pub fn own_read_poll_us(mut self, us: u32) -> Self {
         self.own_read_poll_us = us;
         self

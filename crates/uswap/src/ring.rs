@@ -357,6 +357,16 @@ mod tests {
 
     #[test]
     fn own_reads_return_their_own_bytes_and_errors() {
+        // A read whose completion never came would wait forever: fail loudly instead.
+        let (done, watch) = std::sync::mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            if watch.recv_timeout(std::time::Duration::from_secs(60))
+                == Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+            {
+                eprintln!("own_reads test: a read did not complete in 60 s");
+                std::process::abort();
+            }
+        });
         let path = std::env::temp_dir().join(format!("uswap-ring-test-{}", std::process::id()));
         let mut f = std::fs::OpenOptions::new()
             .read(true)
@@ -395,5 +405,6 @@ mod tests {
             read_own(f.as_raw_fd(), page.bytes(), 0, std::time::Duration::ZERO),
             None
         );
+        drop(done);
     }
 }
