@@ -346,7 +346,7 @@ impl Diagnostics {
                 .first_internal
                 .lock()
                 .unwrap_or_else(|p| p.into_inner()) = what.to_string();
-            eprintln!("uswap: internal: {what} (an engine bug: please report it)");
+            say!("uswap: internal: {what} (an engine bug: please report it)");
         }
     }
 
@@ -369,7 +369,7 @@ impl Diagnostics {
     /// A fault went over the budget because nothing could be reclaimed.
     pub(crate) fn over_budget(&self) {
         if !self.said_over_budget.swap(true, Relaxed) {
-            eprintln!(
+            say!(
                 "uswap: nothing can be reclaimed now (pages pinned, or writes refused): \
                  going over budget rather than stopping the program"
             );
@@ -384,7 +384,7 @@ impl Diagnostics {
             } else {
                 format!("short read: {res} of {} bytes", op.bytes())
             };
-            eprintln!(
+            say!(
                 "uswap: reading swapped pages failed ({what}) at slot {}: pages lost this \
                  way raise SIGBUS when touched",
                 op.slot
@@ -395,7 +395,7 @@ impl Diagnostics {
     /// A compressed copy failed its checksum (said once).
     pub(crate) fn say_compressed_corrupt(&self, slot: u64) {
         if !self.said_checksum.swap(true, Relaxed) {
-            eprintln!(
+            say!(
                 "uswap: a compressed page failed its checksum (slot {slot}): pages lost this \
                  way raise SIGBUS when touched"
             );
@@ -405,8 +405,9 @@ impl Diagnostics {
     /// A packed unit could not be read back, or failed its checksum (said once).
     pub(crate) fn say_packed_lost(&self, slot: u64) {
         if !self.said_read_error.swap(true, Relaxed) {
-            eprintln!(
-                "uswap: a packed unit could not be read back intact (page slot {slot}):                  pages lost this way raise SIGBUS when touched"
+            say!(
+                "uswap: a packed unit could not be read back intact (page slot {slot}): \
+                 pages lost this way raise SIGBUS when touched"
             );
         }
     }
@@ -414,7 +415,7 @@ impl Diagnostics {
     /// Bytes read back did not match their checksum, for good (said once).
     pub(crate) fn say_checksum(&self, op: &Op) {
         if !self.said_checksum.swap(true, Relaxed) {
-            eprintln!(
+            say!(
                 "uswap: swapped pages came back corrupted (checksum mismatch) at slot {}: \
                  pages lost this way raise SIGBUS when touched",
                 op.slot

@@ -193,7 +193,7 @@ fn prepare(e: &Arc<Engine>) {
     let mut fds = [0i32; 2];
     // SAFETY: pipe2 fills two descriptors into a live array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        eprintln!(
+        say!(
             "uswap: fork: no pipe ({}); the parent will keep the slots it shares with \
              this child until it exits",
             std::io::Error::last_os_error()
@@ -302,7 +302,7 @@ fn child(e: &Arc<Engine>) {
     match Uffd::open() {
         Ok(u) => replace_fd(u.into_raw(), e.uffd.raw()),
         Err(err) => {
-            eprintln!(
+            say!(
                 "uswap: after fork: no userfaultfd in the child ({err}); its regions are \
                  plain memory now"
             );
@@ -313,18 +313,18 @@ fn child(e: &Arc<Engine>) {
     if let Some(old) = e.uffd_in_thread.get() {
         match Uffd::open_sigbus() {
             Ok(u) => replace_fd(u.into_raw(), old.raw()),
-            Err(err) => eprintln!("uswap: after fork: no in-thread userfaultfd ({err})"),
+            Err(err) => say!("uswap: after fork: no in-thread userfaultfd ({err})"),
         }
     }
     for fd in e.threads.event_fds() {
         match raw_eventfd() {
             Ok(new) => replace_fd(new, fd),
-            Err(err) => eprintln!("uswap: after fork: eventfd: {err}"),
+            Err(err) => say!("uswap: after fork: eventfd: {err}"),
         }
     }
     e.zapper.reopen();
     if let Err(err) = e.frames.register(&e.uffd) {
-        eprintln!("uswap: after fork: cannot register the swap cache's frames: {err}");
+        say!("uswap: after fork: cannot register the swap cache's frames: {err}");
     }
     // The remote tier first: the slots released below must not reach the parent's
     // connections (their threads do not exist here).
@@ -339,7 +339,7 @@ fn child(e: &Arc<Engine>) {
             .uffd
             .register(r.base, r.len, REGISTER_MISSING | REGISTER_WP)
         {
-            eprintln!("uswap: after fork: cannot register region {}: {err}", r.id);
+            say!("uswap: after fork: cannot register region {}: {err}", r.id);
             continue;
         }
         for (ui, unit) in r.units.iter().enumerate() {
@@ -365,7 +365,7 @@ fn child(e: &Arc<Engine>) {
                             let plain = crate::tier::seal::open_frame(e, s, en.frame);
                             e.tiers.release(e, s);
                             if !plain {
-                                eprintln!(
+                                say!(
                                     "uswap: after fork: page {p} of region {} does not \
                                      decrypt: poisoned",
                                     r.id
@@ -418,7 +418,7 @@ fn child(e: &Arc<Engine>) {
     // from the same value and may use the same slot numbers (`tier/seal.rs`).
     if let Some(s) = &e.tiers.seal {
         if !s.fork_child(limit) {
-            eprintln!(
+            say!(
                 "uswap: after fork: cannot make an encryption key for the child's swap \
                  file; its pages stay in RAM, over budget"
             );
@@ -430,6 +430,6 @@ fn child(e: &Arc<Engine>) {
     f.active.store(0, SeqCst);
     f.pending.store(false, SeqCst);
     if let Err(err) = Threads::spawn(e) {
-        eprintln!("uswap: after fork: cannot start threads: {err}");
+        say!("uswap: after fork: cannot start threads: {err}");
     }
 }

@@ -16,6 +16,17 @@
 //! # Ok::<(), uswap::Error>(())
 //! ```
 
+/// An engine message on stderr: `eprintln!` that never panics. `eprintln!` panics when
+/// stderr is a closed pipe (`prog 2>&1 | head` once `head` has gone), and a panic in
+/// an engine thread stops it with the program's faults unserved: the program hangs.
+/// A message that cannot be written is lost; the engine goes on.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod budget;
 mod engine;
 pub mod error;

@@ -264,7 +264,7 @@ fn spawn_named(name: String, body: impl FnOnce() + Send + 'static) -> Result<Joi
                     .map(|s| s.to_string())
                     .or_else(|| p.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "unknown panic".into());
-                eprintln!(
+                say!(
                     "uswap: internal error in thread {what}: {msg}; the engine cannot go on \
                      safely, aborting (please report this)"
                 );
@@ -275,4 +275,72 @@ fn spawn_named(name: String, body: impl FnOnce() + Send + 'static) -> Result<Joi
             op: "spawn thread",
             source,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    const CHILD: &str = "USWAP_TEST_SAY_CHILD";
+
+    /// An engine thread that says something on a stderr nobody reads any more (`prog
+    /// 2>&1 | head`, once `head` has gone) goes on. With `eprintln!` the write's EPIPE
+    /// was a panic; the thread's panic handler's own `eprintln!` panicked again, the
+    /// thread died without the abort, and the program's next fault waited forever.
+    #[test]
+    fn engine_threads_go_on_when_stderr_is_a_closed_pipe() {
+        if std::env::var_os(CHILD).is_some() {
+            // The child: stderr is a pipe whose reader is gone.
+            let t = super::spawn_named("uswap-test-say".into(), || {
+                for i in 0..3 {
+                    say!("uswap: a message nobody reads ({i})");
+                }
+            })
+            .expect("spawn");
+            let ok = t.join().is_ok();
+            // Told on stdout, which the parent reads.
+            println!("said-through={ok}");
+            return;
+        }
+        let mut fds = [0; 2];
+        // SAFETY: pipe fills two fds, which become owned here.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: both fds are fresh from pipe2 and owned by nothing else.
+        let (read_end, write_end) =
+            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        drop(read_end);
+        let mut child = Command::new(std::env::current_exe().expect("test binary"))
+            .args([
+                "--exact",
+                "threads::tests::engine_threads_go_on_when_stderr_is_a_closed_pipe",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(write_end))
+            .spawn()
+            .expect("run the test binary as the child");
+        // Watchdog: the old failure was a hang.
+        let start = Instant::now();
+        let status = loop {
+            if let Some(st) = child.try_wait().expect("wait") {
+                break st;
+            }
+            if start.elapsed() > Duration::from_secs(60) {
+                let _ = child.kill();
+                panic!("the child hung: an engine thread stopped on a closed stderr");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut child.stdout.take().expect("stdout"), &mut out)
+            .expect("read the child's stdout");
+        assert!(
+            out.contains("said-through=true"),
+            "the engine thread did not get through its messages (status {status}): {out}"
+        );
+    }
 }

@@ -77,7 +77,7 @@ pub(crate) fn refused(e: &Engine, err: i32) {
     w.backoff_ms.store((ms * 2).min(BACKOFF_MAX_MS), Relaxed);
     w.blocked_until.store(w.now_ns() + ms * 1_000_000, Relaxed);
     if !w.said_blocked.swap(true, Relaxed) {
-        eprintln!(
+        say!(
             "uswap: the swap device refuses writes ({}): pages stay in RAM, over budget, \
              while it does; trying again in {} ms, then less and less often",
             std::io::Error::from_raw_os_error(err),
@@ -94,7 +94,7 @@ pub(crate) fn accepted(e: &Engine) {
         w.backoff_ms.store(BACKOFF_MIN_MS, Relaxed);
     }
     if w.said_blocked.swap(false, Relaxed) {
-        eprintln!("uswap: the swap device takes writes again");
+        say!("uswap: the swap device takes writes again");
     }
 }
 
@@ -114,9 +114,7 @@ fn grow_slots(e: &Engine) -> bool {
     if grown {
         e.slots.grow(e.tiers.capacity() / PAGE_SIZE as u64);
     } else if !e.writeback.said_full.swap(true, Relaxed) {
-        eprintln!(
-            "uswap: swap full ({bad} slots lost to write errors): pages stay in RAM, over budget"
-        );
+        say!("uswap: swap full ({bad} slots lost to write errors): pages stay in RAM, over budget");
     }
     grown
 }

@@ -310,7 +310,7 @@ pub(crate) fn map_failed(r: &RegionInner, what: &str, addr: usize, err: std::io:
         err.raw_os_error(),
         Some(libc::ENOENT) | Some(libc::EINVAL) | Some(libc::ESRCH)
     ) {
-        eprintln!("uswap: {what} at {addr:#x} failed: {err}");
+        say!("uswap: {what} at {addr:#x} failed: {err}");
     }
     let _ = r.uffd.wake(addr, PAGE_SIZE);
 }

@@ -537,7 +537,7 @@ fn landed_uncounted(dst: usize, src: usize, len: usize) -> usize {
     let (Some(d), Some(s)) = (PAGE_MAP.pages(dst, n), PAGE_MAP.pages(src, n)) else {
         static SAID: std::sync::Once = std::sync::Once::new();
         SAID.call_once(|| {
-            eprintln!(
+            say!(
                 "uswap: cannot read /proc/self/pagemap: a UFFDIO_MOVE that this kernel \
                  undercounts (6.17+, under compaction) will poison the pages it moved"
             )

@@ -384,7 +384,7 @@ pub(crate) fn complete_write(e: &Engine, ctx: &mut ThreadCtx, mut op: Op, res: i
         } else {
             format!("short write: {res} bytes")
         };
-        eprintln!("uswap: writing a packed unit failed ({what}): it stays compressed in RAM");
+        say!("uswap: writing a packed unit failed ({what}): it stays compressed in RAM");
     }
     crate::writeback::refused(e, if res < 0 { -res } else { libc::EIO });
 }

@@ -228,7 +228,7 @@ impl Remote {
         if let Some(s) = self.store().take() {
             std::mem::forget(s);
         }
-        eprintln!(
+        say!(
             "uswap: after fork: the remote tier is not shared with a child: pages the child \
              evicts stay in RAM, and pages it inherited on the remote tier raise SIGBUS when \
              touched"
