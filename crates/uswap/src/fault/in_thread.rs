@@ -175,9 +175,7 @@ fn fault(e: &Engine, r: &Arc<RegionInner>, page: u64, write: bool) -> bool {
         }
     }
     let room = e.budget.room(2);
-    if e.budget.usage_pages() > e.budget.high_pages() {
-        e.threads.wake_kswapd();
-    }
+    crate::reclaim::wake_if_high(e);
     let unit = r.unit_of(page);
     let mut u = unit.lock();
     if r.is_dead() {
