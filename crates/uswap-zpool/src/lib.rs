@@ -111,7 +111,7 @@ pub use error::{ConfigError, Error, Reject};
 pub use handle::Handle;
 pub use pool::{Config, Zpool, DEFAULT_MAX_COMPRESSED_PERCENT};
 pub use stats::ZpoolStats;
-pub use unit::UNIT_CHUNK;
+pub use unit::{PreparedUnit, UNIT_CHUNK};
 
 /// Bytes in a page.
 pub const PAGE_SIZE: usize = 4096;

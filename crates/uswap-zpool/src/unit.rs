@@ -90,35 +90,86 @@ pub(crate) fn chunk_range(i: usize) -> std::ops::Range<usize> {
     i * UNIT_CHUNK..((i + 1) * UNIT_CHUNK).min(UNIT_SIZE)
 }
 
+/// A unit compressed into a scratch buffer of the pool and not stored yet
+/// ([`Zpool::prepare_unit`]): the work of a store that takes CPU and no lock of the
+/// pool, so that threads compress units side by side and store them
+/// ([`PreparedUnit::commit`]) one at a time. Dropped uncommitted, it gives its buffer
+/// back and stores nothing.
+pub struct PreparedUnit<'a> {
+    pool: &'a Zpool,
+    unit: &'a [u8; UNIT_SIZE],
+    /// A same-filled unit: its word (no buffer, no object).
+    same: Option<u64>,
+    scratch: Option<UnitScratch>,
+}
+
+impl PreparedUnit<'_> {
+    /// Store the unit as one entry (objects allocated and written now). Refused if the
+    /// pool has filled up since it was prepared.
+    pub fn commit(mut self) -> Result<Handle, Reject> {
+        if let Some(pattern) = self.same {
+            return self.pool.store_same_filled(true, pattern);
+        }
+        let mut scratch = self.scratch.take().expect("a prepared unit has its buffer");
+        let result = self.pool.commit_unit(self.unit, &mut scratch);
+        self.pool.put_unit_scratch(scratch);
+        result
+    }
+}
+
+impl Drop for PreparedUnit<'_> {
+    fn drop(&mut self) {
+        if let Some(s) = self.scratch.take() {
+            self.pool.put_unit_scratch(s);
+        }
+    }
+}
+
 impl Zpool {
     /// Store one 2 MiB unit as one entry. A same-filled unit takes no memory; otherwise
     /// it is refused as a whole if its chunks compress to more than the threshold share
     /// of 2 MiB, or if the pool is full.
     pub fn store_unit(&self, unit: &[u8; UNIT_SIZE]) -> Result<Handle, Reject> {
-        if let Some(pattern) = same_filled(unit) {
-            return self.store_same_filled(true, pattern);
+        self.prepare_unit(unit)?.commit()
+    }
+
+    /// Compress a unit for [`PreparedUnit::commit`], refusing it as `store_unit` does
+    /// (compresses poorly, pool full). Takes one of the pool's unit scratch buffers
+    /// until committed or dropped: a caller that keeps the pool within a budget
+    /// prepares at most as many units at once as it reserved buffers for
+    /// ([`Zpool::reserve_unit_scratches`]); one more makes a new buffer (~2 MiB).
+    pub fn prepare_unit<'a>(
+        &'a self,
+        unit: &'a [u8; UNIT_SIZE],
+    ) -> Result<PreparedUnit<'a>, Reject> {
+        let mut prepared = PreparedUnit {
+            pool: self,
+            unit,
+            same: same_filled(unit),
+            scratch: None,
+        };
+        if prepared.same.is_some() {
+            return Ok(prepared);
         }
         if !self.under_limit() {
             return Err(self.reject(Reject::PoolFull));
         }
-        let Some(mut scratch) = self.take_unit_scratch() else {
+        let Some(scratch) = self.take_unit_scratch() else {
             return Err(self.reject(Reject::PoolFull));
         };
-        let result = self.store_unit_with(unit, &mut scratch);
-        self.put_unit_scratch(scratch);
-        result
+        // Given back by the drop if the plan refuses the unit.
+        let scratch = prepared.scratch.insert(scratch);
+        self.plan_unit(unit, scratch)?;
+        Ok(prepared)
     }
 
-    fn store_unit_with(
-        &self,
-        unit: &[u8; UNIT_SIZE],
-        scratch: &mut UnitScratch,
-    ) -> Result<Handle, Reject> {
+    /// Decide every chunk of a unit, compressing into the scratch buffer: a unit
+    /// refused costs no allocation.
+    fn plan_unit(&self, unit: &[u8; UNIT_SIZE], scratch: &mut UnitScratch) -> Result<(), Reject> {
         let max_total = self.max_stored(UNIT_SIZE);
         let UnitScratch { buf, plan, chunks } = scratch;
         plan.clear();
         chunks.clear();
-        // Decide every chunk first: a unit refused costs no allocation.
         let (mut total, mut at) = (0, 0);
         for i in 0..UNIT_CHUNKS {
             let data = &unit[chunk_range(i)];
@@ -145,6 +196,18 @@ impl Zpool {
             }
             plan.push(p);
         }
+        Ok(())
+    }
+
+    /// Store the chunks `plan_unit` decided as objects, and the unit's record.
+    fn commit_unit(
+        &self,
+        unit: &[u8; UNIT_SIZE],
+        scratch: &mut UnitScratch,
+    ) -> Result<Handle, Reject> {
+        let UnitScratch { buf, plan, chunks } = scratch;
+        debug_assert_eq!(plan.len(), UNIT_CHUNKS);
+        chunks.clear();
         for (i, p) in plan.iter().enumerate() {
             let stored = match *p {
                 Plan::SameFilled(pattern) => Ok(Chunk::SameFilled(pattern)),
@@ -241,13 +304,21 @@ impl Zpool {
     /// so that a later unit store does not grow the pool by it: a caller that charges
     /// the pool to a budget takes the cost up front. False if the limit has no room.
     pub fn reserve_unit_scratch(&self) -> bool {
-        match self.take_unit_scratch() {
-            Some(s) => {
-                self.put_unit_scratch(s);
-                true
-            }
-            None => false,
+        self.reserve_unit_scratches(1) == 1
+    }
+
+    /// Make and keep up to `n` scratch buffers for unit stores now (at most the two
+    /// the pool keeps), for as many units prepared at once ([`Zpool::prepare_unit`]).
+    /// Returns how many are kept (fewer where the limit has no room for more).
+    pub fn reserve_unit_scratches(&self, n: usize) -> usize {
+        let held: Vec<UnitScratch> = (0..n.min(KEPT_UNIT_SCRATCH))
+            .map_while(|_| self.take_unit_scratch())
+            .collect();
+        let kept = held.len();
+        for s in held {
+            self.put_unit_scratch(s);
         }
+        kept
     }
 
     /// Free the scratch buffers kept for unit stores (~2 MiB each; a later unit store

@@ -195,3 +195,83 @@ fn threads_store_load_free_and_compact_at_once_zstd() {
         run(Compressor::Zstd { level: 1 }, 3, 8_000, u64::MAX)
     });
 }
+
+/// Units compressed side by side (`prepare_unit`, as the engine's reclaim thread and a
+/// fault's direct reclaim do) and stored one at a time (`commit`) load back exact; with
+/// two buffers reserved, two at once make no new one (the pool does not grow in the
+/// middle of an eviction); a prepared unit dropped stores nothing and gives its buffer
+/// back; a unit that compresses poorly is refused at its preparing.
+#[test]
+fn units_prepared_side_by_side_store_exact_within_their_reserved_buffers() {
+    with_deadline(120, || {
+        let pool = Arc::new(Zpool::new(Config::default()).unwrap());
+        assert_eq!(pool.reserve_unit_scratches(2), 2);
+        let meta = pool.metadata_bytes();
+        let stored = pool.stats().stored_pages;
+        // A prepared unit dropped: nothing stored, the buffer back.
+        let u = unit(DataKind::Text, 7, 0);
+        drop(pool.prepare_unit(&u).unwrap());
+        assert_eq!(pool.stats().stored_pages, stored);
+        assert_eq!(pool.metadata_bytes(), meta);
+        // Refused while preparing: random data does not compress.
+        let r = unit(DataKind::Random, 7, 1);
+        assert_eq!(pool.prepare_unit(&r).err(), Some(Reject::PoorCompression));
+        assert_eq!(pool.metadata_bytes(), meta);
+        // Two threads, each preparing its units while the other does, committing under
+        // one lock (the engine's `storing`), as many rounds as it takes to overlap.
+        let commit = Arc::new(std::sync::Mutex::new(()));
+        let peak_meta = Arc::new(AtomicU64::new(0));
+        let workers: Vec<_> = (0..2u64)
+            .map(|t| {
+                let (pool, commit, peak_meta) = (pool.clone(), commit.clone(), peak_meta.clone());
+                std::thread::spawn(move || {
+                    let mut held = Vec::new();
+                    for i in 0..40u64 {
+                        let kind = if i % 3 == 0 {
+                            DataKind::Text
+                        } else {
+                            DataKind::Mixed
+                        };
+                        let data = unit(kind, t, i);
+                        let prepared = match pool.prepare_unit(&data) {
+                            Ok(p) => p,
+                            Err(Reject::PoorCompression) => continue,
+                            Err(e) => panic!("unit {i} of thread {t} refused: {e:?}"),
+                        };
+                        peak_meta.fetch_max(pool.metadata_bytes(), Ordering::Relaxed);
+                        let h = {
+                            let _one = commit.lock().unwrap();
+                            prepared.commit().expect("stored")
+                        };
+                        held.push((h, kind, i));
+                    }
+                    held
+                })
+            })
+            .collect();
+        let mut out = zero_unit();
+        let mut n = 0;
+        for (t, w) in workers.into_iter().enumerate() {
+            for (h, kind, i) in w.join().unwrap() {
+                pool.load(h, &mut out[..]).unwrap();
+                assert!(
+                    out[..] == unit(kind, t as u64, i)[..],
+                    "unit {i} of thread {t} came back different"
+                );
+                pool.free(h).unwrap();
+                n += 1;
+            }
+        }
+        assert!(n >= 40, "too few units stored to mean anything: {n}");
+        // Buffers: only the two reserved (records and tables grow with what is stored,
+        // so the check is that no 2 MiB buffer was added).
+        let buffer = (UNIT_SIZE as u64) * 2;
+        assert!(
+            peak_meta.load(Ordering::Relaxed) < meta + buffer / 2,
+            "preparing two units at once made a new buffer: metadata {} -> {}",
+            meta,
+            peak_meta.load(Ordering::Relaxed)
+        );
+        assert_eq!(pool.stats().stored_pages, stored);
+    });
+}

@@ -74,10 +74,16 @@ pub(crate) struct Compressed {
     /// Units are stored whole (the pool keeps the one scratch buffer a unit store
     /// needs, ~2 MiB, charged from the start; only with a share of 8 MiB or more).
     whole_units: bool,
-    /// One store at a time: the one unit scratch buffer is enough (a second would grow
-    /// the pool by 2 MiB in the middle of an eviction), and `floor` covers the one
-    /// store that grows the pool.
+    /// One store at a time grows the pool: `floor` covers the one store that grows
+    /// it. A unit is compressed before, outside this lock (`lanes`).
     storing: Mutex<()>,
+    /// Units compressed at once, one per lane, each into a scratch buffer of the pool
+    /// reserved (and charged) from the start: a buffer made in the middle of an
+    /// eviction would grow the pool by 2 MiB that nobody reserved. Two lanes where
+    /// there are two CPUs and the share is 32 MiB or more: the reclaim thread and a
+    /// fault's direct reclaim then compress side by side (swap-w-seq 2m: one at a
+    /// time, each waited for the other's ~2 ms per unit; docs/design.md, "Tiers").
+    lanes: Vec<Mutex<()>>,
     /// A store was refused for want of room (zswap's `zswap_pool_reached_full`):
     /// writeback runs until the largest entry fits again, even below the share's
     /// high mark (a unit is ~1/8 of a 12 MiB share: the pool stuck between "too full
@@ -131,6 +137,12 @@ impl Compressed {
             reason: e.0,
         })?;
         let whole_units = share_bytes >= 8 << 20 && pool.reserve_unit_scratch();
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let lanes = if whole_units && cpus > 1 && share_bytes >= 32 << 20 {
+            pool.reserve_unit_scratches(2)
+        } else {
+            1
+        };
         Ok(Compressed {
             pool,
             handles: SlotWords::new(max_slots),
@@ -144,6 +156,7 @@ impl Compressed {
             floor: std::sync::atomic::AtomicI64::new(0),
             whole_units,
             storing: Mutex::new(()),
+            lanes: (0..lanes.max(1)).map(|_| Mutex::new(())).collect(),
             limit_hit: std::sync::atomic::AtomicBool::new(false),
         })
     }
@@ -177,6 +190,18 @@ impl Compressed {
         } else {
             WRITEBACK_PAGES
         }
+    }
+
+    /// A lane to compress a unit in (see `lanes`): a free one, else the first once free.
+    fn lane(&self) -> std::sync::MutexGuard<'_, ()> {
+        for l in &self.lanes {
+            match l.try_lock() {
+                Ok(g) => return g,
+                Err(std::sync::TryLockError::Poisoned(p)) => return p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => {}
+            }
+        }
+        self.lanes[0].lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn unit_growth(&self) -> i64 {
@@ -391,15 +416,27 @@ pub(crate) fn store_unit(
         // the rounds of the reclaim loop write back).
         balance_with(e, ctx, 0, true);
     }
-    let _one = c.storing.lock().unwrap_or_else(|p| p.into_inner());
-    // The unit's frames are freed only once it is stored: room for what it may take.
-    grow_room(e, c, c.unit_growth());
     let bytes: &[u8; UNIT_SIZE] = e
         .frames
         .span(frames[0], UNIT_SIZE)
         .try_into()
         .expect("a unit's span");
-    let h = match c.pool.store_unit(bytes) {
+    // Compressed in a lane, beside another thread's unit; nothing grows the pool yet.
+    let lane = c.lane();
+    let prepared = match c.pool.prepare_unit(bytes) {
+        Ok(p) => p,
+        Err(why) => {
+            c.note(why == Reject::PoorCompression);
+            rejected(e, c, r, why, UNIT_PAGES as u64);
+            return UnitStore::Refused;
+        }
+    };
+    let _one = c.storing.lock().unwrap_or_else(|p| p.into_inner());
+    // The unit's frames are freed only once it is stored: room for what it may take.
+    grow_room(e, c, c.unit_growth());
+    let stored = prepared.commit();
+    drop(lane);
+    let h = match stored {
         Ok(h) => h,
         Err(why) => {
             end_store(e, c);
