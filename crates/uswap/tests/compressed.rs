@@ -62,6 +62,52 @@ fn compressed_file_tier_is_exact_and_honest() {
     }
 }
 
+/// A share of 32 MiB or more on two CPUs compresses units in two lanes (the reclaim
+/// thread and a fault's direct reclaim side by side, each with a scratch buffer
+/// reserved up front): two program threads streaming through two regions, with two
+/// fault threads, get every byte back, and the budget holds with both lanes busy.
+#[test]
+fn units_compressed_in_two_lanes_are_exact_and_honest() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert!(
+        cpus >= 2,
+        "this test needs 2 CPUs to run two compression lanes; this machine has {cpus}"
+    );
+    with_deadline(240, |t| {
+        let budget = 96 * MIB; // share 48 MiB: two lanes
+        let p = t.pool(
+            Pool::builder()
+                .budget(budget)
+                .fault_threads(2)
+                .tier(TierKind::CompressedFile),
+        );
+        let a = p.region_with(192 * MIB, opts(UnitPolicy::Huge)).unwrap();
+        let b = p.region_with(192 * MIB, opts(UnitPolicy::Huge)).unwrap();
+        std::thread::scope(|s| {
+            for (r, seed) in [(&a, 10u64), (&b, 20u64)] {
+                s.spawn(move || {
+                    for pass in 0..2 {
+                        fill(r.as_words(), seed + pass);
+                        check(r.as_words(), seed + pass);
+                    }
+                });
+            }
+        });
+        let c = p.counters();
+        assert_eq!((c.poisoned, c.internal_errors), (0, 0), "{c:?}");
+        assert!(
+            c.zswpout > 0 && c.zswpwb > 0,
+            "units stored and written back: {c:?}"
+        );
+        assert!(
+            c.peak_used_bytes <= budget,
+            "peak {} over the budget with two lanes: {c:?}",
+            c.peak_used_bytes
+        );
+        t.check_pools();
+    });
+}
+
 #[test]
 fn compressed_only_keeps_what_it_cannot_store() {
     with_deadline(120, |t| {

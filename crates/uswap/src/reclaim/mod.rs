@@ -121,12 +121,11 @@ pub(crate) fn reclaim(e: &Engine, ctx: &mut ThreadCtx, target: i64, background: 
         // Copies read ahead of a stream (passed over above) go when no write in flight
         // will free room, or after ~10 ms of waiting for one: waiting for a write is
         // worth it, a read that would have to come again is not worth more.
-        // The reclaim thread takes them only above the high watermark, where faults
-        // are about to wait: between the watermarks its work is ahead of need, and
-        // woken as often as faults now wake it, it dropped a unit read ahead that the
-        // stream then read again (`tests/units.rs`, `a_rewrite_stream_reads_each_unit_once`).
-        let may_drop_ahead = !background || e.budget.usage_pages() > e.budget.high_pages();
-        if may_drop_ahead
+        // The reclaim thread takes them only where faults need the room (`needed`):
+        // between the watermarks its work is ahead of need, and woken as often as
+        // faults now wake it, it dropped a unit read ahead that the stream then read
+        // again (`tests/units.rs`, `a_rewrite_stream_reads_each_unit_once`).
+        if (!background || needed(e))
             && (e.tiers.inflight.write_pages.load(Relaxed) == 0 || idle >= 200)
             && lists::trim_inactive(e, need - dropped, false) > 0
         {
@@ -157,6 +156,11 @@ pub(crate) fn reclaim(e: &Engine, ctx: &mut ThreadCtx, target: i64, background: 
             // dropped, its memory goes back to the host, and making it again costs
             // more than waiting for a write.)
             idle = 0;
+        } else if background && lists::trim_inactive(e, need - dropped, false) > 0 {
+            // The copies read ahead that the pass spared (above) rather than give up:
+            // a pass that gives up lets waiting in-thread faults and a new region's
+            // page map go over the budget.
+            idle = 0;
         } else {
             // Nothing in flight and nothing evictable (pinned pages, or writeback
             // refused by the device): proceed rather than hang or spin.
@@ -164,6 +168,16 @@ pub(crate) fn reclaim(e: &Engine, ctx: &mut ThreadCtx, target: i64, background: 
         }
     }
     true
+}
+
+/// Whether room is needed now, not ahead of need: usage above the high watermark,
+/// faults waiting for room (in-thread faults reserve 2 pages at a time and wait for
+/// the reclaim thread), or a new region's page map waiting.
+fn needed(e: &Engine) -> bool {
+    let b = &e.budget;
+    b.usage_pages() > b.high_pages()
+        || b.promised_pages() + 2 > b.fault_limit_pages()
+        || b.metadata_waits()
 }
 
 /// What the reclaim thread should bring usage down to, if anything: the low
@@ -178,8 +192,12 @@ fn kswapd_target(e: &Engine) -> Option<i64> {
         return Some(b.low_pages() - b.unclaimed_pages());
     }
     // Promised, as at the wake-up (`wake_if_high`): faults' reserved pages are on
-    // their way.
-    (b.promised_pages() > b.high_pages()).then(|| b.low_pages())
+    // their way. Down to the low watermark less what is reserved, so that what is
+    // promised ends under it: to `low` alone, a pass with usage already under it and reservations
+    // over the gap between the watermarks (a stream's unit fault reserves 1,536 pages
+    // with readahead; the gap is 853 at 64 MiB) returned at once, and the loop began
+    // another, spinning as long as the fault held its room.
+    (b.promised_pages() > b.high_pages()).then(|| b.low_pages() - b.unclaimed_pages())
 }
 
 /// The reclaim thread.
