@@ -112,6 +112,8 @@ pub(crate) struct Threads {
     /// compressed pool full; 0: none).
     kswapd_passes: AtomicU64,
     kswapd_stalled_pass: AtomicU64,
+    /// Faults waiting for the reclaim thread to make room (in-thread faults).
+    room_waiters: AtomicUsize,
     /// eventfds of the fault threads (shutdown).
     fault_events: Vec<OwnedFd>,
     handles: Mutex<Vec<JoinHandle<()>>>,
@@ -127,6 +129,7 @@ impl Threads {
             kswapd_asleep: AtomicBool::new(false),
             kswapd_passes: AtomicU64::new(0),
             kswapd_stalled_pass: AtomicU64::new(0),
+            room_waiters: AtomicUsize::new(0),
             fault_events: (0..fault_threads)
                 .map(|_| eventfd())
                 .collect::<Result<_>>()?,
@@ -177,6 +180,17 @@ impl Threads {
         if stalled {
             self.kswapd_stalled_pass.fetch_max(pass, AcqRel);
         }
+    }
+
+    /// A fault waits for the reclaim thread to make room, as long as the guard lives.
+    pub(crate) fn room_waiter(&self) -> RoomWaiter<'_> {
+        self.room_waiters.fetch_add(1, AcqRel);
+        RoomWaiter(&self.room_waiters)
+    }
+
+    /// Whether a fault waits for the reclaim thread to make room.
+    pub(crate) fn room_awaited(&self) -> bool {
+        self.room_waiters.load(Acquire) > 0
     }
 
     /// Passes of the reclaim thread begun so far (see `kswapd_stalled_since`).
@@ -250,6 +264,15 @@ impl Threads {
             &mut *self.handles.lock().unwrap_or_else(|p| p.into_inner()),
         ));
         self.kswapd_asleep.store(false, Release);
+    }
+}
+
+/// See `Threads::room_waiter`.
+pub(crate) struct RoomWaiter<'a>(&'a AtomicUsize);
+
+impl Drop for RoomWaiter<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, AcqRel);
     }
 }
 

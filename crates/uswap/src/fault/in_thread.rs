@@ -165,13 +165,18 @@ fn fault(e: &Engine, r: &Arc<RegionInner>, page: u64, write: bool) -> bool {
     let passes = e.threads.kswapd_passes();
     let mut force = false;
     crate::memcg::follow(e);
-    while !e.budget.try_reserve(2, force) {
-        e.threads.wake_kswapd();
-        std::thread::sleep(std::time::Duration::from_micros(50));
-        force = e.threads.kswapd_stalled_since(passes)
-            || t.elapsed() > std::time::Duration::from_secs(10);
-        if force {
-            e.diag.over_budget();
+    if !e.budget.try_reserve(2, false) {
+        // Counted while it waits: the reclaim thread then takes what it spares ahead of
+        // need (`reclaim::needed`).
+        let _waiting = e.threads.room_waiter();
+        while !e.budget.try_reserve(2, force) {
+            e.threads.wake_kswapd();
+            std::thread::sleep(std::time::Duration::from_micros(50));
+            force = e.threads.kswapd_stalled_since(passes)
+                || t.elapsed() > std::time::Duration::from_secs(10);
+            if force {
+                e.diag.over_budget();
+            }
         }
     }
     let room = e.budget.room(2);

@@ -90,7 +90,18 @@ pub(crate) fn wake_if_high(e: &Engine) {
 pub(crate) fn reclaim(e: &Engine, ctx: &mut ThreadCtx, target: i64, background: bool) -> bool {
     let mut idle = 0;
     let mut cqes = Vec::new();
-    while e.budget.usage_pages() > target && !e.threads.is_shutdown() {
+    let mut target = target;
+    loop {
+        // The reclaim thread's goal moves with what faults hold reserved: fixed for a
+        // whole pass, a reservation of the moment (a stream's fault reserves for the
+        // units it reads ahead, and hands most of it back) had it reclaim that much
+        // below the low watermark, or everything when reservations passed it.
+        if background {
+            target = kswapd_goal(e);
+        }
+        if e.budget.usage_pages() <= target || e.threads.is_shutdown() {
+            break;
+        }
         // Spare zeroed THPs nobody is about to take go first (`spare.rs`).
         if e.spares.idle() && crate::spare::drop(e, usize::MAX) > 0 {
             continue;
@@ -171,33 +182,33 @@ pub(crate) fn reclaim(e: &Engine, ctx: &mut ThreadCtx, target: i64, background: 
 }
 
 /// Whether room is needed now, not ahead of need: usage above the high watermark,
-/// faults waiting for room (in-thread faults reserve 2 pages at a time and wait for
-/// the reclaim thread), or a new region's page map waiting.
+/// in-thread faults waiting for the reclaim thread, or a new region's page map
+/// waiting.
 fn needed(e: &Engine) -> bool {
     let b = &e.budget;
-    b.usage_pages() > b.high_pages()
-        || b.promised_pages() + 2 > b.fault_limit_pages()
-        || b.metadata_waits()
+    b.usage_pages() > b.high_pages() || e.threads.room_awaited() || b.metadata_waits()
 }
 
-/// What the reclaim thread should bring usage down to, if anything: the low
-/// watermark once above the high one; lower while a new region's page map waits for
-/// room that faults in progress have promised.
+/// Where a pass of the reclaim thread brings usage: the low watermark less what is
+/// reserved, so that what is promised ends under it (usage alone against a wake-up
+/// read from what is promised: a pass with usage already under `low` and reservations
+/// over the gap between the watermarks returned at once, and the loop began another,
+/// spinning as long as the fault held its room).
+fn kswapd_goal(e: &Engine) -> i64 {
+    let b = &e.budget;
+    b.low_pages() - b.unclaimed_pages()
+}
+
+/// Whether the reclaim thread has a pass to make, and where to (`kswapd_goal`, which
+/// the pass follows as it goes): once what faults have promised is over the high
+/// watermark (as at the wake-up, `wake_if_high`), or while a new region's page map
+/// waits for room.
 fn kswapd_target(e: &Engine) -> Option<i64> {
     if e.threads.is_shutdown() {
         return None;
     }
     let b = &e.budget;
-    if b.metadata_waits() {
-        return Some(b.low_pages() - b.unclaimed_pages());
-    }
-    // Promised, as at the wake-up (`wake_if_high`): faults' reserved pages are on
-    // their way. Down to the low watermark less what is reserved, so that what is
-    // promised ends under it: to `low` alone, a pass with usage already under it and reservations
-    // over the gap between the watermarks (a stream's unit fault reserves 1,536 pages
-    // with readahead; the gap is 853 at 64 MiB) returned at once, and the loop began
-    // another, spinning as long as the fault held its room.
-    (b.promised_pages() > b.high_pages()).then(|| b.low_pages() - b.unclaimed_pages())
+    (b.metadata_waits() || b.promised_pages() > b.high_pages()).then(|| kswapd_goal(e))
 }
 
 /// The reclaim thread.
