@@ -238,7 +238,7 @@ fn sequential_read_reads_each_unit_once() {
 }
 
 /// A stream that checks and rewrites each unit in turn (swap-w-seq's second pass) uses
-/// every unit read ahead for it: reclaim drops the clean copies of units just written
+/// (nearly) every unit read ahead for it: reclaim drops the clean copies of units just written
 /// back before the units read ahead of the stream. (It used to drop them oldest first,
 /// and units read ahead arrived in the list before the copies of units whose writes
 /// completed later: 32 of the 255 units read ahead in this test's first pass were read
@@ -270,8 +270,13 @@ fn a_rewrite_stream_reads_each_unit_once() {
             let c = r.counters();
             let reads = c.read_requests - before.read_requests;
             let wasted = (c.swap_ra - before.swap_ra) - (c.swap_ra_hit - before.swap_ra_hit);
+            // Two units may be read ahead for nothing, and read again when the stream
+            // reaches them: with the reclaim thread woken from what faults promise
+            // (2026-11-25) it takes a read-ahead unit now and then while the stream
+            // is over the high watermark (1 of 256 in 2 of ~20 runs under a loaded
+            // CI). The misordering this test guards against read 32 of 255 twice.
             assert!(
-                reads <= units && wasted <= 2 * 512,
+                reads <= units + 2 && wasted <= 2 * 512,
                 "pass {pass}: {reads} reads for {units} units, {wasted} pages read ahead \
                  for nothing; {c:?}"
             );
