@@ -59,7 +59,7 @@ pub(crate) fn make_room<'a>(
         }
         let target =
             e.budget.fault_limit_pages() - e.budget.unclaimed_pages() - want - DIRECT_BATCH;
-        if !reclaim(e, ctx, target, false) {
+        if !reclaim(e, ctx, Goal::Pages(target)) {
             if e.fork.pending() {
                 return None;
             }
@@ -85,20 +85,29 @@ pub(crate) fn wake_if_high(e: &Engine) {
     }
 }
 
-/// Reclaim until usage is at most `target` pages; false if it gave up (nothing more
-/// can go now). `background`: the reclaim thread's pass, not a fault's.
-pub(crate) fn reclaim(e: &Engine, ctx: &mut ThreadCtx, target: i64, background: bool) -> bool {
+/// Where a reclaim brings usage.
+pub(crate) enum Goal {
+    /// A fault's: at most this many pages.
+    Pages(i64),
+    /// A pass of the reclaim thread: `kswapd_goal`, read again at every step. It moves
+    /// with what faults hold reserved: fixed for a whole pass, a reservation of the
+    /// moment (a stream's fault reserves for the units it reads ahead, and hands most
+    /// of it back) had it reclaim that much below the low watermark, or everything
+    /// when reservations passed it.
+    Background,
+}
+
+/// Reclaim until usage is at most the goal; false if it gave up (nothing more can go
+/// now).
+pub(crate) fn reclaim(e: &Engine, ctx: &mut ThreadCtx, goal: Goal) -> bool {
     let mut idle = 0;
     let mut cqes = Vec::new();
-    let mut target = target;
+    let background = matches!(goal, Goal::Background);
     loop {
-        // The reclaim thread's goal moves with what faults hold reserved: fixed for a
-        // whole pass, a reservation of the moment (a stream's fault reserves for the
-        // units it reads ahead, and hands most of it back) had it reclaim that much
-        // below the low watermark, or everything when reservations passed it.
-        if background {
-            target = kswapd_goal(e);
-        }
+        let target = match goal {
+            Goal::Pages(n) => n,
+            Goal::Background => kswapd_goal(e),
+        };
         if e.budget.usage_pages() <= target || e.threads.is_shutdown() {
             break;
         }
@@ -199,16 +208,12 @@ fn kswapd_goal(e: &Engine) -> i64 {
     b.low_pages() - b.unclaimed_pages()
 }
 
-/// Whether the reclaim thread has a pass to make, and where to (`kswapd_goal`, which
-/// the pass follows as it goes): once what faults have promised is over the high
-/// watermark (as at the wake-up, `wake_if_high`), or while a new region's page map
-/// waits for room.
-fn kswapd_target(e: &Engine) -> Option<i64> {
-    if e.threads.is_shutdown() {
-        return None;
-    }
+/// Whether the reclaim thread has a pass to make (to `kswapd_goal`): once what faults
+/// have promised is over the high watermark (as at the wake-up, `wake_if_high`), or
+/// while a new region's page map waits for room.
+fn kswapd_due(e: &Engine) -> bool {
     let b = &e.budget;
-    (b.metadata_waits() || b.promised_pages() > b.high_pages()).then(|| kswapd_goal(e))
+    !e.threads.is_shutdown() && (b.metadata_waits() || b.promised_pages() > b.high_pages())
 }
 
 /// The reclaim thread.
@@ -239,8 +244,8 @@ pub(crate) fn run(e: &Arc<Engine>, mut ctx: ThreadCtx) {
             // A compressed pool past its share writes its oldest back first (zswap's
             // shrink worker), also while reclaim runs: else, with a stream keeping
             // reclaim busy, the pool keeps its oldest pages and refuses every new one.
-            let target = kswapd_target(e);
-            let wrote_back = if target.is_none() || crate::tier::compressed::wants_writeback(e) {
+            let due = kswapd_due(e);
+            let wrote_back = if !due || crate::tier::compressed::wants_writeback(e) {
                 let _a = e.fork.enter();
                 crate::tier::compressed::balance(e, &mut ctx, 0)
             } else {
@@ -249,10 +254,10 @@ pub(crate) fn run(e: &Arc<Engine>, mut ctx: ThreadCtx) {
             if wrote_back > 0 {
                 ctx.ring.submit();
             }
-            if let Some(target) = target {
+            if due {
                 let _a = e.fork.enter();
                 let pass = e.threads.kswapd_pass_begins();
-                futile = !reclaim(e, &mut ctx, target, true);
+                futile = !reclaim(e, &mut ctx, Goal::Background);
                 e.threads.kswapd_pass_ends(pass, futile);
                 continue;
             }
@@ -269,7 +274,7 @@ pub(crate) fn run(e: &Arc<Engine>, mut ctx: ThreadCtx) {
         }
         e.threads.kswapd_sleeps(true);
         // Re-check after publishing that we sleep (a waker may have missed us).
-        if !futile && kswapd_target(e).is_some() {
+        if !futile && kswapd_due(e) {
             e.threads.kswapd_sleeps(false);
             continue;
         }
