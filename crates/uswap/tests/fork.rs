@@ -571,3 +571,67 @@ fn o_direct_reads_land(t: &Test, fork: bool) {
     assert_eq!(bad, None, "stale bytes after an O_DIRECT read; {c:?}");
     assert!(reads > 100 && c.pswpout > 0, "{reads} reads; {c:?}");
 }
+
+/// Review finding: a fault served in its own thread that waits for room when a fork
+/// begins held the fork up (the reclaim thread, which would make that room, waits for
+/// the fork) until its 10 s limit, and then went over the budget. It now leaves the
+/// engine for the fork and comes again. A writer streams through an in-thread region
+/// twice the budget while the fork preparation runs again and again, each timed.
+#[test]
+fn a_fault_waiting_for_room_in_its_thread_lets_a_fork_begin() {
+    let _one = serial();
+    with_deadline(180, |t| {
+        let p = t.pool(Pool::builder().budget(16 * MIB));
+        let r = p
+            .region_with(
+                256 * MIB,
+                uswap::RegionOptions {
+                    fault_mode: Some(uswap::FaultMode::InThread),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        let words = r.as_words();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let slowest = std::thread::scope(|s| {
+            let quarter = words.len() / 4;
+            let writers: Vec<_> = (0..4)
+                .map(|k| {
+                    let part = &words[k * quarter..(k + 1) * quarter];
+                    let stop = &stop;
+                    s.spawn(move || {
+                        let mut round = 1u64;
+                        while !stop.load(Relaxed) {
+                            fill(part, k * quarter, round);
+                            round += 1;
+                        }
+                        round - 1
+                    })
+                })
+                .collect();
+            let mut slowest = std::time::Duration::ZERO;
+            for _ in 0..60 {
+                std::thread::sleep(std::time::Duration::from_millis(15));
+                let t0 = std::time::Instant::now();
+                uswap::prepare_fork();
+                slowest = slowest.max(t0.elapsed());
+                uswap::after_fork_parent();
+            }
+            stop.store(true, Relaxed);
+            for (k, w) in writers.into_iter().enumerate() {
+                let last = w.join().expect("writer");
+                let part = &words[k * quarter..(k + 1) * quarter];
+                assert_eq!(find_bad(part, k * quarter, last), None, "round {last}");
+            }
+            slowest
+        });
+        let c = p.counters();
+        assert!(c.pswpout > 0 && c.pswpin > 0, "{c:?}");
+        // A fork waits for faults in flight (each a few ms at most here), not for
+        // room that only the reclaim thread, stopped for the fork, can make.
+        assert!(
+            slowest < std::time::Duration::from_secs(3),
+            "a fork preparation took {slowest:?}: {c:?}"
+        );
+    });
+}

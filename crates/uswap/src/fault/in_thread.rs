@@ -170,6 +170,12 @@ fn fault(e: &Engine, r: &Arc<RegionInner>, page: u64, write: bool) -> bool {
         // need (`reclaim::needed`).
         let _waiting = e.threads.room_waiter();
         while !e.budget.try_reserve(2, force) {
+            if e.fork.pending() {
+                // A fork waits for this thread to leave the engine, and the reclaim
+                // thread, which makes the room, waits for the fork: leave (nothing is
+                // reserved yet); the access faults again after the fork.
+                return true;
+            }
             e.threads.wake_kswapd();
             std::thread::sleep(std::time::Duration::from_micros(50));
             force = e.threads.kswapd_stalled_since(passes)
