@@ -317,6 +317,11 @@ impl Budget {
         self.grow(0);
     }
 
+    /// Reserved metadata not made after all.
+    pub(crate) fn cancel_metadata(&self, bytes: u64) {
+        self.metadata_reserved.fetch_sub(bytes, Relaxed);
+    }
+
     /// Metadata freed.
     pub(crate) fn release_metadata(&self, bytes: u64) {
         self.metadata.fetch_sub(bytes, Relaxed);

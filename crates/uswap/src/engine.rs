@@ -229,6 +229,7 @@ impl Engine {
         c.cached_bytes = pages(Gauge::Cached);
         c.metadata_bytes = self.budget.metadata_bytes().0;
         c.peak_used_bytes = self.budget.peak_bytes();
+        c.thp_swpin_recycled = self.frames.huge_recycled();
         c.budget_limit_bytes = self.budget.effective_bytes();
         c.swap_files_open = self.tiers.file().open_files() as u64;
         if let Some(rc) = self.tiers.remote.as_ref().and_then(|r| r.counters()) {

@@ -190,6 +190,9 @@ fn prepare(e: &Arc<Engine>) {
     }
     // Spares shared copy-on-write with the child would not move: none cross a fork.
     crate::spare::drop(e, usize::MAX);
+    // Warm 2 MiB frames would be copied into the child for nothing (its frames are
+    // emptied): none cross a fork either.
+    crate::frames::drop_warm_units(e);
     let mut fds = [0i32; 2];
     // SAFETY: pipe2 fills two descriptors into a live array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {

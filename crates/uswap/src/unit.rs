@@ -218,7 +218,7 @@ fn unit_ra_hit(r: &RegionInner, u: &mut UnitPages) {
 /// moves in as one PMD), 512 small frames otherwise.
 fn unit_frames(e: &Engine, r: &RegionInner) -> Option<Vec<usize>> {
     if r.policy.unit == UnitPolicy::Huge {
-        if let Some(h) = e.frames.alloc_huge(crate::frames::Site::UnitRead) {
+        if let Some(h) = e.frames.alloc_huge_to_fill(crate::frames::Site::UnitRead) {
             return Some(huge_pages(h));
         }
     }

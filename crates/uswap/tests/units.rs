@@ -143,10 +143,13 @@ fn swapped_in_units_are_real_thps() {
     with_deadline(DEADLINE, |t| {
         let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
             .unwrap_or_default();
-        if thp.contains("[never]") {
-            eprintln!("THP disabled on this machine: skipping");
-            return;
-        }
+        // Fails rather than skips: whole-unit swap-in is what this checks.
+        assert!(
+            !thp.contains("[never]"),
+            "transparent hugepages are off here ({}): uswap's 2 MiB units need them \
+             (echo madvise > /sys/kernel/mm/transparent_hugepage/enabled)",
+            thp.trim()
+        );
         let p = t.pool(Pool::builder().budget(16 * MIB));
         let r = p.region_with(64 * MIB, opts(UnitPolicy::Huge)).unwrap();
         let words = r.as_words();
@@ -417,6 +420,9 @@ fn unit_readahead_under_read_errors_is_exact() {
         check(r.as_words(), 51, "second read");
         let c = p.counters();
         assert!(c.io_errors > 0 && c.swap_ra > 0, "{c:?}");
+        // Some reads landed in frames recycled from evicted units (stale bytes): a
+        // failed one must not have mapped them (checked above, byte by byte).
+        assert!(c.thp_swpin_recycled > 0, "{c:?}");
     });
 }
 

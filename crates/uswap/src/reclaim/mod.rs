@@ -115,6 +115,10 @@ pub(crate) fn reclaim(e: &Engine, ctx: &mut ThreadCtx, goal: Goal) -> bool {
         if e.spares.idle() && crate::spare::drop(e, usize::MAX) > 0 {
             continue;
         }
+        // So do warm 2 MiB frames once units stopped coming in (`frames.rs`).
+        if crate::frames::warm_units_idle(e) && crate::frames::drop_warm_units(e) > 0 {
+            continue;
+        }
         let need = e.budget.usage_pages() - target;
         let dropped = lists::trim_inactive(e, need, true);
         if dropped >= need {
@@ -239,6 +243,7 @@ pub(crate) fn run(e: &Arc<Engine>, mut ctx: ThreadCtx) {
         {
             let _a = e.fork.enter();
             crate::fork::arm_child_polls(e, &mut ctx);
+            crate::frames::tune_warm_units(e);
         }
         if !futile {
             // A compressed pool past its share writes its oldest back first (zswap's

@@ -660,7 +660,7 @@ fn drop_mapped(
 /// A unit stored whole: decompress it and map every page still swapped to it.
 fn load_unit(e: &Engine, c: &Compressed, r: &RegionInner, u: &mut UnitPages, page: u64, h: Handle) {
     let first = page - page % UNIT_PAGES as u64;
-    let Some(huge) = e.frames.alloc_huge(crate::frames::Site::Compressed) else {
+    let Some(huge) = e.frames.alloc_huge_to_fill(crate::frames::Site::Compressed) else {
         e.threads.wake_kswapd();
         let _ = r.uffd.wake(r.page_addr(page), PAGE_SIZE);
         return;
@@ -899,7 +899,7 @@ fn write_back(
     }
     let frames: Vec<usize> = if unit {
         e.frames
-            .alloc_huge(crate::frames::Site::Compressed)
+            .alloc_huge_to_fill(crate::frames::Site::Compressed)
             .map(|huge| (0..UNIT_PAGES).map(|k| huge + k * PAGE_SIZE).collect())
             .unwrap_or_default()
     } else {

@@ -450,7 +450,7 @@ pub(crate) fn fault(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64, s
         e.threads.wake_kswapd();
         let _ = r.uffd.wake(r.page_addr(page), PAGE_SIZE);
     };
-    let Some(huge) = e.frames.alloc_huge(crate::frames::Site::Compressed) else {
+    let Some(huge) = e.frames.alloc_huge_to_fill(crate::frames::Site::Compressed) else {
         return retry();
     };
     let unit_frames: Vec<usize> = (0..UNIT_PAGES).map(|i| huge + i * PAGE_SIZE).collect();
@@ -475,17 +475,22 @@ pub(crate) fn fault(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64, s
             ok
         }
         None => {
-            // The read lands in one run of frames (decoding wants one span): small
-            // frames, or a second 2 MiB frame where no run of them is free.
+            // The read lands in one run of frames (decoding wants one span): a warm
+            // 2 MiB frame (no page to fault in and zero, none to zap after), else small
+            // frames, else an empty 2 MiB frame.
             let site = crate::frames::Site::SwapIn;
-            let buf = match frames_in_one_run(e, blocks, site) {
-                Some(buf) => buf,
-                None => match e.frames.alloc_huge(site) {
-                    Some(h) => (0..UNIT_PAGES).map(|i| h + i * PAGE_SIZE).collect(),
-                    None => {
-                        e.frames.free(&e.zapper, &unit_frames);
-                        return retry();
-                    }
+            let huge_buf = |h: usize| (0..UNIT_PAGES).map(|i| h + i * PAGE_SIZE).collect();
+            let buf = match e.frames.take_warm_huge(site) {
+                Some(h) => huge_buf(h),
+                None => match frames_in_one_run(e, blocks, site) {
+                    Some(buf) => buf,
+                    None => match e.frames.alloc_huge(site) {
+                        Some(h) => huge_buf(h),
+                        None => {
+                            e.frames.free(&e.zapper, &unit_frames);
+                            return retry();
+                        }
+                    },
                 },
             };
             // The decoded unit and the buffer, inside the fault's room (`read_room`
