@@ -238,8 +238,12 @@ pub(crate) struct Frames {
     /// `tune_warm_units` has seen.
     huge_fill_misses: AtomicU64,
     huge_fill_misses_seen: AtomicU64,
-    /// Units read or decoded into a warm frame, since the pool started.
+    /// Frames taken for a unit read or decode from the stash, since the pool started.
     huge_recycled: AtomicU64,
+    /// 2 MiB frames some of whose pages were moved out one by one (their PMD split):
+    /// zapped when given back, not kept (a unit read into one would map as 4 KiB
+    /// pages, not a THP).
+    huge_split: Box<[std::sync::atomic::AtomicBool]>,
     /// When a 2 MiB frame was last taken to fill (ns since `epoch`).
     last_huge_fill_ns: AtomicU64,
     epoch: std::time::Instant,
@@ -262,7 +266,8 @@ fn default_warm_capacity(budget_pages: usize) -> usize {
     (budget_pages / UNIT_PAGES).clamp(4, 64)
 }
 
-/// Most warm 2 MiB frames: one per 16 MiB of budget, at most 16. `USWAP_WARM_UNITS=N`
+/// Most warm 2 MiB frames: one per 32 MiB of budget (a sixteenth of it), at most 16.
+/// `USWAP_WARM_UNITS=N`
 /// sets it (0: every 2 MiB frame zapped when given back), to compare.
 fn warm_huge_capacity(budget_pages: usize) -> usize {
     match std::env::var("USWAP_WARM_UNITS")
@@ -275,7 +280,7 @@ fn warm_huge_capacity(budget_pages: usize) -> usize {
 }
 
 fn default_warm_huge_capacity(budget_pages: usize) -> usize {
-    (budget_pages / (8 * UNIT_PAGES)).min(16)
+    (budget_pages / (16 * UNIT_PAGES)).min(16)
 }
 
 impl Frames {
@@ -312,6 +317,9 @@ impl Frames {
             huge_fill_misses: AtomicU64::new(0),
             huge_fill_misses_seen: AtomicU64::new(0),
             huge_recycled: AtomicU64::new(0),
+            huge_split: (0..units)
+                .map(|_| std::sync::atomic::AtomicBool::new(false))
+                .collect(),
             last_huge_fill_ns: AtomicU64::new(0),
             epoch: std::time::Instant::now(),
         })
@@ -388,6 +396,7 @@ impl Frames {
     /// count as owned until given back with [`Frames::free`].
     pub(crate) fn alloc_huge(&self, site: Site) -> Option<usize> {
         let (i, _) = self.huge.map().alloc_run(1)?;
+        self.huge_split[i].store(false, Relaxed);
         self.huge_site[i].store(site as u8, Relaxed);
         self.huge_live[i].store(UNIT_PAGES as u16, Relaxed);
         self.in_use.fetch_add(UNIT_PAGES as u64, Relaxed);
@@ -410,6 +419,7 @@ impl Frames {
             .store(self.epoch.elapsed().as_nanos() as u64, Relaxed);
         let i = self.warm_huge_list().pop()?;
         self.huge_recycled.fetch_add(1, Relaxed);
+        self.huge_split[i].store(false, Relaxed);
         self.huge_site[i].store(site as u8, Relaxed);
         self.huge_live[i].store(UNIT_PAGES as u16, Relaxed);
         self.in_use.fetch_add(UNIT_PAGES as u64, Relaxed);
@@ -475,7 +485,11 @@ impl Frames {
                 debug_assert!(before > 0, "2 MiB frame {i} freed past empty");
                 if before == 1 {
                     let mut w = self.warm_huge_list();
-                    if w.len() < self.warm_huge_cap.load(Relaxed) && self.huge.map().is_used(i) {
+                    let split = self.huge_split[i].swap(false, Relaxed);
+                    if !split
+                        && w.len() < self.warm_huge_cap.load(Relaxed)
+                        && self.huge.map().is_used(i)
+                    {
                         self.huge_site[i].store(Site::Warm as u8, Relaxed);
                         w.push(i);
                         continue;
@@ -510,10 +524,12 @@ impl Frames {
     }
 
     /// Let the 2 MiB stash hold one more frame (its charge made by the caller).
-    fn grow_warm_huge(&self) -> bool {
+    /// `charge` (made under the stash's lock, so that an emptying cannot give back a
+    /// charge not made yet) says whether it could be made.
+    fn grow_warm_huge(&self, charge: impl FnOnce() -> bool) -> bool {
         let _w = self.warm_huge_list();
         let cap = self.warm_huge_cap.load(Relaxed);
-        if cap >= self.warm_huge_max {
+        if cap >= self.warm_huge_max || !charge() {
             return false;
         }
         self.warm_huge_cap.store(cap + 1, Relaxed);
@@ -521,9 +537,9 @@ impl Frames {
     }
 
     /// Empty the 2 MiB stash and let it hold none: its frames are zapped and go back
-    /// to the bitmap. Returns how many frames it was allowed (whose charge the caller
-    /// gives back).
-    fn shrink_warm_huge(&self, zapper: &Zapper) -> usize {
+    /// to the bitmap, then `release` gives back the charge of as many frames as it was
+    /// allowed (under the stash's lock, after the zap).
+    fn shrink_warm_huge(&self, zapper: &Zapper, release: impl FnOnce(usize)) -> usize {
         let mut w = self.warm_huge_list();
         let cap = self.warm_huge_cap.swap(0, Relaxed);
         let zap: Vec<(usize, usize)> = w
@@ -535,6 +551,8 @@ impl Frames {
         for i in w.drain(..) {
             m.release(i, 1);
         }
+        drop(m);
+        release(cap);
         cap
     }
 
@@ -542,6 +560,18 @@ impl Frames {
     fn huge_fills_idle(&self) -> bool {
         let now = self.epoch.elapsed().as_nanos() as u64;
         now.saturating_sub(self.last_huge_fill_ns.load(Relaxed)) > 1_000_000_000
+    }
+
+    /// Give back pages of a 2 MiB frame that were moved out one by one (the frame's PMD
+    /// is split): as [`Frames::free`], and the frame is zapped with its last page,
+    /// never kept warm.
+    pub(crate) fn free_moved_from_huge(&self, zapper: &Zapper, pages: &[usize]) {
+        for &a in pages {
+            if let Some(i) = self.huge_index(a) {
+                self.huge_split[i].store(true, Relaxed);
+            }
+        }
+        self.free(zapper, pages);
     }
 
     /// Give back a whole 2 MiB frame whose pages were all moved out (nothing to zap).
@@ -655,7 +685,7 @@ impl Frames {
             (self.huge.base, self.huge.len()),
         ]);
         self.warm_list().clear();
-        // The stash keeps its size (and its charge): only its frames are gone.
+        // (The 2 MiB stash was emptied, and allowed none, before the fork.)
         self.warm_huge_list().clear();
         *self.small.map() = Bitmap::new(self.small.frames);
         *self.huge.map() = Bitmap::new(self.huge.frames);
@@ -689,23 +719,33 @@ pub(crate) fn tune_warm_units(e: &Engine) -> i64 {
     {
         return 0;
     }
-    let bytes = UNIT_SIZE as u64;
-    e.budget.reserve_metadata(bytes);
-    if e.budget.promised_pages() + UNIT_PAGES as i64 <= e.budget.high_pages() && f.grow_warm_huge()
-    {
-        e.budget.commit_metadata(bytes);
-    } else {
-        e.budget.cancel_metadata(bytes);
-    }
+    f.grow_warm_huge(|| {
+        let bytes = UNIT_SIZE as u64;
+        e.budget.reserve_metadata(bytes);
+        let fits = e.budget.promised_pages() + UNIT_PAGES as i64 <= e.budget.high_pages();
+        if fits {
+            e.budget.commit_metadata(bytes);
+        } else {
+            e.budget.cancel_metadata(bytes);
+        }
+        fits
+    });
     0
 }
 
-/// Empty the 2 MiB stash and give its charge back (reclaim when no unit is coming in,
-/// fork). Returns pages of room it gave back.
+/// Empty the 2 MiB stash and give its charge back (reclaim when no unit is coming in
+/// or nothing else makes room, fork). Returns pages of room it gave back.
 pub(crate) fn drop_warm_units(e: &Engine) -> i64 {
-    let n = e.frames.shrink_warm_huge(&e.zapper);
-    e.budget.release_metadata((n * UNIT_SIZE) as u64);
+    let n = e.frames.shrink_warm_huge(&e.zapper, |n| {
+        e.budget.release_metadata((n * UNIT_SIZE) as u64)
+    });
     (n * UNIT_PAGES) as i64
+}
+
+/// Whether the 2 MiB stash may hold frames (the reclaim thread then sleeps at most a
+/// second at a time, to empty it once units stop coming in).
+pub(crate) fn warm_units_held(e: &Engine) -> bool {
+    e.frames.warm_huge_cap.load(Relaxed) > 0
 }
 
 /// Whether no unit was swapped in for a second (the 2 MiB stash is not about to serve).
@@ -799,13 +839,9 @@ mod tests {
     #[test]
     fn warm_units_serve_fills_only() {
         let f = Frames::with_warm(64 << 20, 0, 2).expect("arenas");
-        assert_eq!(
-            default_warm_huge_capacity(65536),
-            16,
-            "one per 16 MiB, 16 at most"
-        );
-        assert_eq!(default_warm_huge_capacity(16384), 4);
-        assert_eq!(default_warm_huge_capacity(2048), 0, "none under 16 MiB");
+        assert_eq!(default_warm_huge_capacity(65536), 8, "one per 32 MiB");
+        assert_eq!(default_warm_huge_capacity(1 << 20), 16, "16 at most");
+        assert_eq!(default_warm_huge_capacity(4096), 0, "none under 32 MiB");
         let z = Zapper::new();
         let pages =
             |h: usize| -> Vec<usize> { (0..UNIT_PAGES).map(|i| h + i * PAGE_SIZE).collect() };
@@ -819,8 +855,9 @@ mod tests {
         // A fill finds none warm: a miss, an empty frame.
         let b = f.alloc_huge_to_fill(Site::UnitRead).expect("a frame");
         assert_eq!(f.huge_fill_misses.load(Relaxed), 1);
-        assert!(f.grow_warm_huge() && f.grow_warm_huge());
-        assert!(!f.grow_warm_huge(), "at most warm_huge_max");
+        assert!(!f.grow_warm_huge(|| false), "no charge, no room");
+        assert!(f.grow_warm_huge(|| true) && f.grow_warm_huge(|| true));
+        assert!(!f.grow_warm_huge(|| true), "at most warm_huge_max");
         // Given back page by page, it stays warm with its last page, still used.
         fill_with(b, 0xa5);
         let bp = pages(b);
@@ -845,6 +882,16 @@ mod tests {
         f.free_moved_huge(b);
         assert_eq!(f.double_frees.load(Relaxed), 2);
         assert_eq!(f.warm_huge_list().len(), 1);
+        // A frame some of whose pages were moved out one by one (split) is not kept.
+        let sp = pages(others[2]);
+        fill_with(others[2], 0x33);
+        f.free_moved_from_huge(&z, &sp[..3]);
+        f.free(&z, &sp[3..]);
+        assert_eq!(f.warm_huge_list().len(), 1, "a split frame kept warm");
+        assert!(
+            f.span(others[2], UNIT_SIZE).iter().all(|&x| x == 0),
+            "zapped"
+        );
         // A second one fills the stash; a third past its room is zapped.
         for &h in &others[..2] {
             fill_with(h, 0x77);
@@ -856,11 +903,17 @@ mod tests {
             "past its room"
         );
         // Emptied: zapped and free, and allowed none.
-        assert_eq!(f.shrink_warm_huge(&z), 2);
+        let mut released = 0;
+        assert_eq!(f.shrink_warm_huge(&z, |n| released = n), 2);
+        assert_eq!(released, 2);
         assert!(f.warm_huge_list().is_empty());
         assert!(f.span(b, UNIT_SIZE).iter().all(|&x| x == 0));
         assert!(f.span(others[0], UNIT_SIZE).iter().all(|&x| x == 0));
-        assert_eq!(f.huge.map().free, 3, "b and the two given back");
+        assert_eq!(
+            f.huge.map().free,
+            4,
+            "b, the split one and the two given back"
+        );
         let h = f.alloc_huge(Site::Evict).expect("a frame");
         f.free(&z, &pages(h));
         assert!(f.warm_huge_list().is_empty(), "no room once emptied");

@@ -27,8 +27,9 @@ macro_rules! counters {
             pub metadata_bytes: u64,
             /// Highest resident + cached + metadata seen.
             pub peak_used_bytes: u64,
-            /// 2 MiB units read or decompressed into a frame an earlier eviction gave
-            /// back (no THP to allocate and zero), since the pool started.
+            /// 2 MiB frames an eviction gave back that a unit read or decode reused (a
+            /// unit's read, its packed blob's read buffer, its decompression, also for
+            /// writeback): no THP to fault in and zero. Since the pool started.
             pub thp_swpin_recycled: u64,
             /// What the engine may hold now: the budget, or less where the memory
             /// cgroup leaves less room (`memcg`).

@@ -397,9 +397,9 @@ pub(crate) fn map_unit(
             e.frames.free_moved(frame(k), m);
         } else if m > 0 {
             // Part of a 2 MiB frame moved (its PMD was split): those pages are gone
-            // from it; the frame goes back with its last page.
+            // from it; the frame goes back with its last page, zapped (split).
             let part: Vec<usize> = copies[k..k + m].iter().map(|c| c.1).collect();
-            e.frames.free(&e.zapper, &part);
+            e.frames.free_moved_from_huge(&e.zapper, &part);
         }
         k += n;
     }

@@ -243,6 +243,8 @@ pub(crate) fn restore_dirty(e: &Engine, r: &RegionInner, u: &mut UnitPages, p: u
     }
     if moved && !e.frames.is_huge(frame) {
         e.frames.free_moved(frame, 1);
+    } else if moved {
+        e.frames.free_moved_from_huge(&e.zapper, &[frame]);
     } else {
         e.frames.free(&e.zapper, &[frame]);
     }

@@ -551,6 +551,16 @@ pub(crate) fn complete(e: &Engine, ctx: &mut ThreadCtx, op: Op, res: i32) {
     handle_completion(e, ctx, op, res);
 }
 
+/// An injected read error leaves what the read did not bring undefined, as a real one
+/// does: the real read already filled the frames, so a path that mapped them anyway
+/// would still find the right bytes there. Scribbled over, it finds wrong ones (a
+/// frame reused from another page holds that page's bytes the same way).
+fn scribble(e: &Engine, frames: &[usize]) {
+    for &f in frames {
+        e.frames.page_mut(f).fill(0xee);
+    }
+}
+
 fn handle_completion(e: &Engine, ctx: &mut ThreadCtx, op: Op, mut res: i32) {
     let inj = e.cfg.inject;
     let hit = |every: u64, n: u64| every > 0 && n.is_multiple_of(every);
@@ -562,8 +572,10 @@ fn handle_completion(e: &Engine, ctx: &mut ThreadCtx, op: Op, mut res: i32) {
             let n = e.diag.read_seq.fetch_add(1, Relaxed) + 1;
             if inject && hit(inj.fail_read_every, n) {
                 res = -libc::EIO;
+                scribble(e, &op.frames);
             } else if inject && op.pages.len() > 1 && hit(inj.short_read_every, n) {
                 res = short;
+                scribble(e, &op.frames[short as usize / PAGE_SIZE..]);
             }
             if op.unit_read {
                 crate::unit::complete_unit_read(e, ctx, op, res)

@@ -180,6 +180,9 @@ pub(crate) fn reclaim(e: &Engine, ctx: &mut ThreadCtx, goal: Goal) -> bool {
             // dropped, its memory goes back to the host, and making it again costs
             // more than waiting for a write.)
             idle = 0;
+        } else if crate::frames::drop_warm_units(e) > 0 {
+            // So do warm 2 MiB frames (their charge goes: the limit rises).
+            idle = 0;
         } else if background && lists::trim_inactive(e, need - dropped, false) > 0 {
             // The copies read ahead that the pass spared (above) rather than give up:
             // a pass that gives up lets waiting in-thread faults and a new region's
@@ -291,6 +294,11 @@ pub(crate) fn run(e: &Arc<Engine>, mut ctx: ThreadCtx) {
             // could not reach its target: the cgroup may leave less room by now).
             _ if e.memcg.is_some() => ctx.ring.wait_for(crate::memcg::sleep_for(e)),
             (true, None) => ctx.ring.wait_for(std::time::Duration::from_millis(100)),
+            // Warm 2 MiB frames go once units stop coming in (`frames.rs`): awake to
+            // see that.
+            _ if crate::frames::warm_units_held(e) => {
+                ctx.ring.wait_for(std::time::Duration::from_millis(1100))
+            }
             _ => ctx.ring.wait(),
         }
         e.threads.kswapd_sleeps(false);
