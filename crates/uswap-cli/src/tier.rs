@@ -43,7 +43,7 @@ impl Tier {
     }
 }
 
-/// Parse `--compressor`: `lz4`, `zstd` or `zstd:LEVEL`.
+/// Parse `--compressor`: `lz4`, `lz4:ACCELERATION`, `zstd` or `zstd:LEVEL`.
 fn parse_compressor(s: &str) -> Result<uswap::Compressor, String> {
     s.parse()
 }
@@ -66,8 +66,9 @@ pub struct TierArgs {
           hide_default_value = true, hide_possible_values = true, verbatim_doc_comment)]
     pub tier: Tier,
 
-    /// Compressor of the compressed tiers: lz4 (fast), zstd (level 1: smaller) or
-    /// zstd:LEVEL [default: lz4].
+    /// Compressor of the compressed tiers: lz4 (fast), lz4:ACCELERATION (2-64: faster to
+    /// compress, less small; lz4:8 compresses ~1.3x as fast at ~13% more bytes), zstd
+    /// (level 1: smaller) or zstd:LEVEL [default: lz4].
     #[arg(long, value_name = "NAME", value_parser = parse_compressor)]
     pub compressor: Option<uswap::Compressor>,
 

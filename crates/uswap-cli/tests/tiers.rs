@@ -87,7 +87,7 @@ fn bench_verifies_on_every_local_tier() {
         "zero pages went to a tier: {v}"
     );
 
-    for (data, compressor) in [("mixed", "lz4"), ("text", "zstd:3")] {
+    for (data, compressor) in [("mixed", "lz4"), ("mixed", "lz4:8"), ("text", "zstd:3")] {
         let v = bench(&[
             "--tier",
             "compressed+file",

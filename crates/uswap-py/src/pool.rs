@@ -167,7 +167,7 @@ pub fn counters_dict<'py>(py: Python<'py>, c: &uswap::Counters) -> PyResult<Boun
 /// "2m" or "auto". `tier`: None or "file" (the swap file), "compressed" (compressed RAM
 /// in the budget, no disk), "compressed+file" (compressed RAM in front of the swap
 /// file), "remote" (a Redis Cluster), "compressed+remote"; `compressor`: "lz4"
-/// (default), "zstd" or "zstd:LEVEL"; `compressed_max`: the compressed pool's share of
+/// (default), "lz4:ACCELERATION" (2-64), "zstd" or "zstd:LEVEL"; `compressed_max`: the compressed pool's share of
 /// the budget in percent, 1-90 (default 50); `remote`: the cluster of the remote tiers,
 /// "redis://HOST:PORT[,HOST:PORT...]". Bad values raise uswap.InvalidOptionError (a
 /// ValueError). `encrypt`: encrypt what goes to the swap file (or the

@@ -31,8 +31,11 @@ fn pages_of_every_kind_round_trip_with_every_compressor() {
                         kept.push((h, data));
                     }
                     Err(Reject::PoorCompression) => {
+                        // (Accelerated lz4 leaves some text pages over the threshold.)
+                        let poor_text = matches!(c, Compressor::Lz4Fast { .. })
+                            && kind == DataKind::Text;
                         assert!(
-                            matches!(kind, DataKind::Random | DataKind::Mixed),
+                            matches!(kind, DataKind::Random | DataKind::Mixed) || poor_text,
                             "{c}: {kind} page {i} refused"
                         );
                         refused += 1;

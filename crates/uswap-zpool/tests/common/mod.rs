@@ -5,9 +5,10 @@ use std::sync::mpsc;
 use std::time::Duration;
 use uswap_zpool::{Compressor, DataKind, PAGE_SIZE, UNIT_SIZE};
 
-/// lz4, and zstd at the two levels worth using.
-pub const COMPRESSORS: [Compressor; 3] = [
+/// lz4, lz4 accelerated, and zstd at the two levels worth using.
+pub const COMPRESSORS: [Compressor; 4] = [
     Compressor::Lz4,
+    Compressor::Lz4Fast { acceleration: 8 },
     Compressor::Zstd { level: 1 },
     Compressor::Zstd { level: 3 },
 ];
