@@ -32,8 +32,8 @@ fn pages_of_every_kind_round_trip_with_every_compressor() {
                     }
                     Err(Reject::PoorCompression) => {
                         // (Accelerated lz4 leaves some text pages over the threshold.)
-                        let poor_text = matches!(c, Compressor::Lz4Fast { .. })
-                            && kind == DataKind::Text;
+                        let poor_text =
+                            matches!(c, Compressor::Lz4Fast { .. }) && kind == DataKind::Text;
                         assert!(
                             matches!(kind, DataKind::Random | DataKind::Mixed) || poor_text,
                             "{c}: {kind} page {i} refused"

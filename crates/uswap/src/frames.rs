@@ -249,17 +249,26 @@ pub(crate) struct Frames {
     epoch: std::time::Instant,
 }
 
+/// A number of warm frames set by `var` (to compare), at most `max`; else `default`.
+fn warm_setting(var: &str, max: usize, default: usize) -> usize {
+    match std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        Some(n) => n.min(max),
+        None => default,
+    }
+}
+
 /// Warm frames per budget: one per 512 pages of budget (2 MiB), 4 to 64 (256 KiB).
 /// `USWAP_WARM_FRAMES=N` sets the number (0: none, every frame zapped when given
 /// back), to compare.
 fn warm_capacity(budget_pages: usize) -> usize {
-    match std::env::var("USWAP_WARM_FRAMES")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-    {
-        Some(n) => n.min(1024),
-        None => default_warm_capacity(budget_pages),
-    }
+    warm_setting(
+        "USWAP_WARM_FRAMES",
+        1024,
+        default_warm_capacity(budget_pages),
+    )
 }
 
 fn default_warm_capacity(budget_pages: usize) -> usize {
@@ -267,16 +276,14 @@ fn default_warm_capacity(budget_pages: usize) -> usize {
 }
 
 /// Most warm 2 MiB frames: one per 32 MiB of budget (a sixteenth of it), at most 16.
-/// `USWAP_WARM_UNITS=N`
-/// sets it (0: every 2 MiB frame zapped when given back), to compare.
+/// `USWAP_WARM_UNITS=N` sets it (0: every 2 MiB frame zapped when given back), to
+/// compare.
 fn warm_huge_capacity(budget_pages: usize) -> usize {
-    match std::env::var("USWAP_WARM_UNITS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-    {
-        Some(n) => n.min(16),
-        None => default_warm_huge_capacity(budget_pages),
-    }
+    warm_setting(
+        "USWAP_WARM_UNITS",
+        16,
+        default_warm_huge_capacity(budget_pages),
+    )
 }
 
 fn default_warm_huge_capacity(budget_pages: usize) -> usize {
