@@ -223,7 +223,7 @@ impl Budget {
     pub(crate) fn limit_pages(&self) -> i64 {
         let b = self
             .effective_bytes()
-            .saturating_sub(self.metadata.load(Relaxed) + self.metadata_reserved.load(Relaxed));
+            .saturating_sub(self.metadata.load(SeqCst) + self.metadata_reserved.load(SeqCst));
         (b / PAGE_SIZE as u64) as i64
     }
 
@@ -302,36 +302,39 @@ impl Budget {
 
     /// Whether a new region's page map waits for room that faults have promised.
     pub(crate) fn metadata_waits(&self) -> bool {
-        self.metadata_reserved.load(Relaxed) > 0 && self.promised_pages() > self.limit_pages()
+        self.metadata_reserved.load(SeqCst) > 0 && self.promised_pages() > self.limit_pages()
     }
 
-    /// Metadata about to be charged: the limit drops at once.
+    /// Metadata about to be charged: the limit drops at once. (The metadata gauges are
+    /// SeqCst like `promised`: a reservation followed by a read of what faults have
+    /// promised, against a fault's promise followed by a read of the limit, must not
+    /// both miss the other.)
     pub(crate) fn reserve_metadata(&self, bytes: u64) {
-        self.metadata_reserved.fetch_add(bytes, Relaxed);
+        self.metadata_reserved.fetch_add(bytes, SeqCst);
     }
 
     /// Reserved metadata becomes charged (the caller made room first).
     pub(crate) fn commit_metadata(&self, bytes: u64) {
-        self.metadata.fetch_add(bytes, Relaxed);
-        self.metadata_reserved.fetch_sub(bytes, Relaxed);
+        self.metadata.fetch_add(bytes, SeqCst);
+        self.metadata_reserved.fetch_sub(bytes, SeqCst);
         self.grow(0);
     }
 
     /// Reserved metadata not made after all.
     pub(crate) fn cancel_metadata(&self, bytes: u64) {
-        self.metadata_reserved.fetch_sub(bytes, Relaxed);
+        self.metadata_reserved.fetch_sub(bytes, SeqCst);
     }
 
     /// Metadata freed.
     pub(crate) fn release_metadata(&self, bytes: u64) {
-        self.metadata.fetch_sub(bytes, Relaxed);
+        self.metadata.fetch_sub(bytes, SeqCst);
     }
 
     /// Metadata bytes charged and reserved.
     pub(crate) fn metadata_bytes(&self) -> (u64, u64) {
         (
-            self.metadata.load(Relaxed),
-            self.metadata_reserved.load(Relaxed),
+            self.metadata.load(SeqCst),
+            self.metadata_reserved.load(SeqCst),
         )
     }
 
@@ -341,7 +344,7 @@ impl Budget {
     /// read-modify-write only while usage climbs past it.
     fn grow(&self, n: i64) {
         let pages = self.used.fetch_add(n, Relaxed) + n;
-        let bytes = pages.max(0) as u64 * PAGE_SIZE as u64 + self.metadata.load(Relaxed);
+        let bytes = pages.max(0) as u64 * PAGE_SIZE as u64 + self.metadata.load(SeqCst);
         if bytes > self.peak.load(Relaxed) {
             self.peak.fetch_max(bytes, Relaxed);
         }

@@ -67,6 +67,19 @@ pub fn child_dies_of(name: &str, env: &str, sig: i32) -> String {
 /// Words per 4 KiB page.
 pub const WORDS_PER_PAGE: usize = 512;
 
+/// Check that units were read or decoded into frames that evictions gave back (warm
+/// 2 MiB frames, `frames.rs`), unless a developer turned them off to compare.
+pub fn assert_frames_recycled(c: &uswap::Counters) {
+    if std::env::var("USWAP_WARM_UNITS").as_deref() == Ok("0") {
+        eprintln!("USWAP_WARM_UNITS=0: warm 2 MiB frames are off, not checked");
+        return;
+    }
+    assert!(
+        c.thp_swpin_recycled > 0,
+        "no unit read into a recycled 2 MiB frame: {c:?}"
+    );
+}
+
 /// Data for the compressed tiers: what word `i` holds for `seed`. Pages of small
 /// integers (compress ~4:1 and more), every fifth page random (refused by the pool, or
 /// stored raw inside a unit), every seventh zeros.
