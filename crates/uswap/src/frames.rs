@@ -23,8 +23,8 @@
 //! costs a `process_madvise` (with a TLB flush across the process's vCPUs) and, at
 //! its next use, a kernel fault that allocates, zeroes and charges a page, on the
 //! path of every swap-in. For a 2 MiB frame that fault zeroes a THP: on this VM,
-//! whose freed memory goes back to the host, 12% of the fault thread's samples in
-//! swap-w-seq 2m (compressed+file) were that zeroing, more than decompression.
+//! whose freed memory goes back to the host, a quarter of the fault thread's samples
+//! in swap-w-seq 2m (compressed+file) were that zeroing, twice its decompression's.
 //! Eviction gives a populated 2 MiB frame back for every unit it compresses or
 //! writes, and a unit swapped in takes one, so a stream recycles them. Warm frames
 //! are never handed out as a UFFDIO_MOVE destination (eviction) or as a first
