@@ -4,19 +4,12 @@
 # the first of each round rotating. swap-w-seq --unit 2m on the file and compressed+file
 # tiers, and pmbench 80/20 4 KiB on the file tier through the fault thread.
 # A=old-binary B=new-binary OUT=dir ROUNDS=5 bash sitting.sh
-A=${A:?the build before}; B=${B:?the build after}
+here=$(cd "$(dirname "$0")/../../.." && pwd)
+. "$here/scripts/ab-sitting.sh"
 D=${OUT:-/tmp/kswapd-wake}; mkdir -p "$D"; cd "$D"
-ROUNDS=${ROUNDS:-5}
-run() { # side name args...
-  local side=$1 name=$2; shift 2
-  local bin=$A; [ "$side" = B ] && bin=$B
-  "$bin" bench "$@" --json > "$name-$side.json" 2> "$name-$side.err"
-  echo "$(date +%T) $name-$side rc=$?" >> log
-}
-for i in $(seq 1 "$ROUNDS"); do
-  order="A B"; [ $((i % 2)) = 0 ] && order="B A"
-  for s in $order; do run $s sws-cf-$i swap-w-seq --size 1G --budget 256M --unit 2m --tier compressed+file; done
-  for s in $order; do run $s sws-file-$i swap-w-seq --size 1G --budget 256M --unit 2m --tier file; done
-  for s in $order; do run $s pm-file-$i pmbench --size 1G --budget 256M --unit 4k --duration 5s --tier file; done
+for i in $(seq 1 "${ROUNDS:-5}"); do
+  ab_pair "$i" sws-cf swap-w-seq --size 1G --budget 256M --unit 2m --tier compressed+file
+  ab_pair "$i" sws-file swap-w-seq --size 1G --budget 256M --unit 2m --tier file
+  ab_pair "$i" pm-file pmbench --size 1G --budget 256M --unit 4k --duration 5s --tier file
 done
 echo "$(date +%T) done" >> log
