@@ -236,7 +236,8 @@ pub(crate) fn discard(e: &Engine, r: &RegionInner, first: u64, n: u64) {
                 }
             }
         }
-        u.clean_by_move = false;
+        // (`clean_by_move` stays: the unit's other pages mapped clean by a move may
+        // still have been written unseen.)
         e.zapper.zap(&zap);
         // Whoever waited on these pages faults again and finds them untouched.
         let _ = r.uffd.wake(r.page_addr(p), (stop - p) as usize * PAGE_SIZE);

@@ -146,7 +146,7 @@ pub(crate) fn swap_in_unit(
         // Stored compressed (in the pool, or packed on the back tier): what was stored
         // with the page comes back (a unit stored whole comes back whole).
         if loc == Location::Packed {
-            crate::tier::packed::fault(e, r, u, page, slots[i_fault]);
+            crate::tier::packed::fault(e, r, u, page, slots[i_fault], write);
         } else {
             crate::tier::compressed::fault(e, r, u, page, slots[i_fault]);
         }

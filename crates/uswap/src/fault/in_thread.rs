@@ -274,7 +274,7 @@ fn fault(e: &Engine, r: &Arc<RegionInner>, page: u64, write: bool) -> bool {
             Lookup::Miss => match e.tiers.meta.location(slot) {
                 Location::Back => read_in(e, r, &mut u, page, slot, write),
                 Location::Compressed => crate::tier::compressed::fault(e, r, &mut u, page, slot),
-                Location::Packed => crate::tier::packed::fault(e, r, &mut u, page, slot),
+                Location::Packed => crate::tier::packed::fault(e, r, &mut u, page, slot, write),
                 Location::None => {
                     e.diag.internal(&format!(
                         "page {page} of region {} is swapped to slot {slot}, which holds nothing",

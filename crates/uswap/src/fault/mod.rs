@@ -444,15 +444,18 @@ pub(crate) fn mark_mapped(
     u.set(i, PageState::Resident { dirty, slot });
 }
 
-/// The stale-slot policy (seed 001) for one slot; what the page keeps.
+/// The stale-slot policy (seed 001) for one slot; what the page keeps. A packed
+/// page's slot always goes: it names a blob shared with the rest of its unit, which
+/// nothing may rewrite in place.
 pub(crate) fn stale_slot_of(e: &Engine, r: &RegionInner, s: Slot) -> Option<Slot> {
+    let packed = e.tiers.meta.location(s) == crate::tier::Location::Packed;
     match e.cfg.stale_slot_policy {
-        crate::StaleSlotPolicy::FreeOnWrite => {
+        crate::StaleSlotPolicy::KeepUntilReclaim if !packed => Some(s),
+        _ => {
             e.tiers.release(e, s);
             r.counters.stale_slot_freed.fetch_add(1, Relaxed);
             None
         }
-        crate::StaleSlotPolicy::KeepUntilReclaim => Some(s),
     }
 }
 

@@ -58,7 +58,7 @@ pub(super) fn swap_in(
                 let _ = write; // the page comes back dirty either way
                 crate::tier::compressed::fault(e, r, u, page, slot);
             }
-            Location::Packed => crate::tier::packed::fault(e, r, u, page, slot),
+            Location::Packed => crate::tier::packed::fault(e, r, u, page, slot, write),
             Location::None => {
                 // Swapped with its bytes nowhere: an engine bug. SIGBUS beats zeros.
                 e.diag.internal(&format!(

@@ -293,7 +293,11 @@ fn evict_unit(
             }
         }
     }
-    u.clean_by_move = false;
+    // Pages that could not leave (refused moves) keep the unit's mark: written unseen
+    // after a move, they would be trusted clean at the next eviction.
+    if u.resident == 0 {
+        u.clean_by_move = false;
+    }
     if !zeros.is_empty() {
         e.frames.free(&e.zapper, &zeros);
         e.budget.uncharge(Gauge::Cached, zeros.len() as i64);

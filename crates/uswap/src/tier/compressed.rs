@@ -684,7 +684,7 @@ fn load_unit(e: &Engine, c: &Compressed, r: &RegionInner, u: &mut UnitPages, pag
     }
     e.budget.uncharge(Gauge::Cached, UNIT_PAGES as i64);
     r.counters.minflt.fetch_add(1, Relaxed);
-    let mapped = map_decoded_unit(e, r, u, first, huge, |_, s| {
+    let mapped = map_decoded_unit(e, r, u, first, huge, true, |_, s| {
         c.handle_of(s) == Some((h, true))
     });
     r.counters.zswpin.fetch_add(mapped.len() as u64, Relaxed);
@@ -693,18 +693,20 @@ fn load_unit(e: &Engine, c: &Compressed, r: &RegionInner, u: &mut UnitPages, pag
 }
 
 /// A unit just decoded into the 2 MiB frame `huge` (owned, not charged): map every
-/// page still swapped to what was decoded (`of_it(i, slot)`), dirty, as copies from
-/// the cache (the mapping drops each slot's cache reference and applies the
-/// stale-slot policy to it); the rest of the frame goes back. Whole where every page
-/// is (one move of the frame); else page by page (part of the unit was rewritten or
-/// discarded since). Returns the pages it tried to map, with their slots (a page whose
-/// copy failed to map stays swapped, for its retrying fault).
+/// page still swapped to what was decoded (`of_it(i, slot)`) as copies from the cache
+/// (the mapping drops each slot's cache reference and, dirty, applies the stale-slot
+/// policy to it); the rest of the frame goes back. Whole where every page is (one move
+/// of the frame), dirty unless `!dirty` (then clean and write-protected, keeping the
+/// slots, when the protection takes); else page by page, dirty (part of the unit was
+/// rewritten or discarded since). Returns the pages it tried to map, with their slots
+/// (a page whose copy failed to map stays swapped, for its retrying fault).
 pub(crate) fn map_decoded_unit(
     e: &Engine,
     r: &RegionInner,
     u: &mut UnitPages,
     first: u64,
     huge: usize,
+    dirty: bool,
     of_it: impl Fn(usize, Slot) -> bool,
 ) -> Vec<(u64, Slot)> {
     let frames: Vec<usize> = (0..UNIT_PAGES).map(|i| huge + i * PAGE_SIZE).collect();
@@ -724,7 +726,7 @@ pub(crate) fn map_decoded_unit(
         let copies: Vec<(Slot, usize)> =
             slots.iter().copied().zip(frames.iter().copied()).collect();
         let drop = crate::fault::IfUnmapped::Drop;
-        crate::unit::map_unit(e, r, u, first, &copies, true, drop);
+        crate::unit::map_unit(e, r, u, first, &copies, dirty, drop);
         return (0..UNIT_PAGES)
             .map(|i| (first + i as u64, slots[i]))
             .collect();

@@ -19,8 +19,13 @@
 //!   write: no byte is lost.
 //! - Read (`fault`, under the unit's lock, on the faulting engine thread): from the
 //!   frames while they hold the blob, else from the back tier, synchronously (O_DIRECT,
-//!   up to three tries) and checked; decoded into a 2 MiB frame and mapped dirty: the
-//!   pages' slots go, as a compressed entry goes at its load. A blob that cannot be
+//!   up to three tries) and checked; decoded into a 2 MiB frame. A read fault maps a
+//!   blob read from the back tier clean, its pages keeping their slots and the blob
+//!   as their copy (a page read from a swap file keeps its slot alike): a unit that is
+//!   only read leaves again without a write. A write fault, or a blob still in frames,
+//!   maps dirty: the pages' slots go, as a compressed entry goes at its load (a write
+//!   to a clean unit lets them go too, whatever the stale-slot policy: a blob is never
+//!   rewritten in place). A blob that cannot be
 //!   read or fails its checksum or decoding poisons the unit's pages still packed
 //!   (SIGBUS when touched), never wrong bytes. Unit readahead does not cover packed
 //!   units (each costs its fault one read).
@@ -431,9 +436,23 @@ pub(crate) fn read_room(e: &Engine, r: &RegionInner, page: u64) -> i64 {
     }
 }
 
-/// A fault on a page of a packed unit (slot `slot`): read the blob, decode it, map
-/// the unit's pages still packed, dirty. Under the unit's lock.
-pub(crate) fn fault(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64, slot: Slot) {
+/// A fault on a page of a packed unit (slot `slot`; `write`: by a write access): read
+/// the blob, decode it, map the unit's pages still packed. Under the unit's lock.
+///
+/// A read fault on a blob on the back tier maps the unit clean, the blob kept as its
+/// copy (as a page read from a swap file keeps its slot): if no write comes, eviction
+/// drops the unit without a write (a stream's verify pass rewrote every unit it read
+/// back, compressed again). Each page's checksum is recorded for that eviction, which
+/// checks a unit mapped clean by a move (`evict.rs`). A write fault, or a blob still in
+/// its frames (its write in flight, or failed), maps dirty: the pages' slots go.
+pub(crate) fn fault(
+    e: &Engine,
+    r: &RegionInner,
+    u: &mut UnitPages,
+    page: u64,
+    slot: Slot,
+    write: bool,
+) {
     let p = &e.tiers.packed;
     let base = slot - slot % UNIT_PAGES as u64;
     let first = page - page % UNIT_PAGES as u64;
@@ -454,8 +473,14 @@ pub(crate) fn fault(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64, s
         return retry();
     };
     let unit_frames: Vec<usize> = (0..UNIT_PAGES).map(|i| huge + i * PAGE_SIZE).collect();
-    let packed_here =
-        |i: usize, s: Slot| s == base + i as u64 && e.tiers.meta.location(s) == Location::Packed;
+    // A page evicted clean from a unit mapped clean may still be in the swap cache:
+    // its own fault maps it from there.
+    let packed_here = |i: usize, s: Slot| {
+        s == base + i as u64
+            && e.tiers.meta.location(s) == Location::Packed
+            && e.cache.get(s).is_none()
+    };
+    let clean = !write && b.mem.is_none();
     let decoded = match &b.mem {
         // Being written (or kept in RAM): decode from its frames, which stay while
         // this fault holds the unit's lock.
@@ -544,23 +569,19 @@ pub(crate) fn fault(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64, s
         }
         return;
     }
-    let mapped = crate::tier::compressed::map_decoded_unit(e, r, u, first, huge, packed_here);
-    // A page mapped with its slot kept (the slot policy) lets it go all the same: a
-    // write there would land in the blob. A page whose copy failed to map stays
-    // packed, for its retrying fault.
-    for (pg, s) in mapped {
-        let i = pg as usize % UNIT_PAGES;
-        if let PageState::Resident {
-            dirty,
-            slot: Some(k),
-        } = u.get(i)
-        {
-            if k == s {
-                u.set(i, PageState::Resident { dirty, slot: None });
-                e.tiers.release(e, s);
+    if clean {
+        for i in 0..UNIT_PAGES {
+            if let PageState::Swapped(s) = u.get(i) {
+                if packed_here(i, s) {
+                    let hash = crate::tier::page_hash(e.frames.page(huge + i * PAGE_SIZE));
+                    e.tiers.meta.set(s, Location::Packed, hash);
+                }
             }
         }
     }
+    // Mapped dirty, a page lets its slot go (`fault::stale_slot_of`); a page whose copy
+    // failed to map stays packed, for its retrying fault.
+    crate::tier::compressed::map_decoded_unit(e, r, u, first, huge, !clean, packed_here);
 }
 
 /// In a forked child, before its frames are let go: the pages of unit `u` (from page
