@@ -54,8 +54,23 @@ fn refault_window(e: &Engine) -> u64 {
 /// evicted pages are not coming back often (`Refaults`: `sort -S 1G` of 50 MB at a 56
 /// MiB budget evicted 420k pages ahead, 300k of them faulted back from the cache, 43 s;
 /// not ahead while they do, 27 s; streams and pmbench unchanged, 2026-11-23).
+///
+/// Not while a compressed tier in front takes what is evicted: it compresses on the
+/// spot, so there is no device queue to keep fed, and the margin only moved pages into
+/// the pool early (pmbench 4k `compressed+file` at 515 MiB: a quarter of the budget
+/// resident and ~100 MiB of it unused; populating, the pool overflowed and wrote 51 MiB
+/// back to the file, read again page by page). Counting loads from the pool as refaults
+/// did not stop that: populating loads nothing. Without the margin 1.16× the accesses,
+/// streams no slower (docs/benchmarks.md, "no evicting ahead in front of a compressed
+/// tier").
+/// While the pool refuses (data that does not compress, or full) evictions are writes
+/// again, and the margin is back.
 fn may_evict_ahead(e: &Engine) -> bool {
-    !e.lists.refaults.thrashing(refault_window(e))
+    e.tiers
+        .compressed
+        .as_ref()
+        .is_none_or(|c| !c.takes_stores())
+        && !e.lists.refaults.thrashing(refault_window(e))
         && e.tiers.inflight.write_pages.load(Relaxed) < ahead_write_pages(e)
         && e.budget.pages_in(Gauge::Resident) > e.budget.limit_pages() / 4
 }

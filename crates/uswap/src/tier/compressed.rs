@@ -218,6 +218,13 @@ impl Compressed {
         !self.writeback
     }
 
+    /// Whether evicted pages go into the pool now: it is not refusing stores for want of
+    /// room (`limit_hit`) or for compressing poorly (`poor_run`). Reclaim evicts ahead
+    /// of need only when not (`evict::may_evict_ahead`).
+    pub(crate) fn takes_stores(&self) -> bool {
+        !self.limit_hit.load(Relaxed) && self.poor_run.load(Relaxed) < POOR_RUN
+    }
+
     /// Whether to try a store now (see `poor_run`). Always where refused pages are
     /// kept: a page refused untried would be kept for nothing.
     fn worth_trying(&self) -> bool {
@@ -784,9 +791,6 @@ fn balance_with(e: &Engine, ctx: &mut ThreadCtx, need: u64, nested: bool) -> u64
     let share = c.share.load(Relaxed);
     let hit = c.limit_hit.load(Relaxed);
     let over = c.over_share();
-    if !c.writeback || !(over || need > 0) || !crate::writeback::can_write(e) {
-        return 0;
-    }
     // Down to 7/8 of the share, and to where the largest entry fits.
     let largest = if c.whole_units {
         c.unit_growth() as u64 * PAGE_SIZE as u64
@@ -794,6 +798,14 @@ fn balance_with(e: &Engine, ctx: &mut ThreadCtx, need: u64, nested: bool) -> u64
         PAGE_SIZE as u64
     };
     let low = (share - share / 8).min(share.saturating_sub(largest));
+    if !c.writeback || !(over || need > 0) || !crate::writeback::can_write(e) {
+        // Loads and frees made room without writeback (always so with no back tier):
+        // the pool takes stores again (`takes_stores`).
+        if hit && c.bytes() <= low {
+            c.limit_hit.store(false, Relaxed);
+        }
+        return 0;
+    }
     let target = if need > 0 {
         c.bytes().saturating_sub(need * PAGE_SIZE as u64)
     } else {
