@@ -386,7 +386,17 @@ fn child(e: &Arc<Engine>) {
                 }
             }
             for (a, l) in clean {
-                let _ = r.uffd.write_protect(a, l, true, Wake::Yes);
+                if r.uffd.write_protect(a, l, true, Wake::Yes).is_err() {
+                    // Unprotected, a write would go unseen and eviction would trust
+                    // the slot: the pages are dirty from here on.
+                    let at = (a - r.page_addr(first)) / PAGE_SIZE;
+                    for i in at..at + l / PAGE_SIZE {
+                        if let PageState::Resident { dirty: false, slot } = u.get(i) {
+                            let slot = slot.and_then(|s| crate::fault::stale_slot_of(e, &r, s));
+                            u.set(i, PageState::Resident { dirty: true, slot });
+                        }
+                    }
+                }
             }
             if u.resident > 0 {
                 unit.on_lru.store(false, Relaxed);

@@ -278,9 +278,11 @@ fn evict_unit(
                 zeros.push(f);
             }
             PageState::Resident { slot, dirty } => {
-                if !dirty {
+                if !dirty && slot.is_some() {
                     // Mapped clean by a move, written in the window before its
-                    // protection: caught by its checksum.
+                    // protection: caught by its checksum. (A clean page with no slot
+                    // in a unit so marked comes here unchecked: zeros or not, it is
+                    // classified by its bytes below.)
                     e.diag.clean_mismatch.fetch_add(1, Relaxed);
                 }
                 if let Some(stale) = slot {
