@@ -137,6 +137,10 @@ def test_bad_options_are_invalid_option_errors():
         uswap.Pool("32M", compressor="lz4")
     with pytest.raises(bad, match="apply to the compressed tiers"):
         uswap.Pool("32M", tier="remote", remote="redis://127.0.0.1:1", compressed_max=20)
+    with pytest.raises(bad, match="incompressible applies to"):
+        uswap.Pool("32M", tier="compressed", incompressible="store")
+    with pytest.raises(bad, match='incompressible must be "store" or "pass"'):
+        uswap.Pool("32M", tier="compressed+file", incompressible="keep")
     with pytest.raises(bad, match='tier="remote" needs remote="redis://'):
         uswap.Pool("32M", tier="remote")
     with pytest.raises(bad, match='tier="compressed\\+remote" needs remote='):

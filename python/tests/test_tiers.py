@@ -43,6 +43,31 @@ def test_every_tier_is_exact_four_times_over_budget(tier):
         r.close()
 
 
+@pytest.mark.parametrize("incompressible", ["store", "pass"])
+def test_pages_that_do_not_compress_are_stored_or_passed_on(incompressible):
+    """Every fourth page random: kept in the pool as it is (the default) while the pool
+    has room, so nothing reaches the file; or passed straight on to the file. Exact
+    either way."""
+    with uswap.Pool("32M", tier="compressed+file", unit="4k", compressed_max=90,
+                    incompressible=incompressible) as pool:
+        r = pool.region(48 * MiB)
+        a = np.frombuffer(r, np.uint64).reshape(-1, 512)
+        want = page_data(a.shape[0], 5)
+        rng = np.random.default_rng(5)
+        want[::4] = rng.integers(0, 2**63, size=want[::4].shape, dtype=np.uint64)
+        a[:] = want
+        stored = pool.counters()["zswap_stored_incompressible_pages"]
+        assert np.array_equal(a, want), f"{incompressible}: bytes changed"
+        c = pool.counters()
+        assert c["peak_used_bytes"] <= 32 * MiB, c
+        if incompressible == "store":
+            assert stored > 0 and c["pswpout"] == 0, (stored, c)
+        else:
+            assert stored == 0 and c["pswpout"] > 0, (stored, c)
+        del a
+        r.close()
+
+
 def test_zstd_compressor_is_exact():
     with uswap.Pool("32M", tier="compressed+file", compressor="zstd:3", unit="4k") as pool:
         r = pool.region(96 * MiB)

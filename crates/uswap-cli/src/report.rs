@@ -134,8 +134,9 @@ impl Report {
         let size = |v: Option<u64>| v.map_or("-".to_string(), uswap::format_size);
         Some(format!(
             "{compressor}, pool share {}% of the budget; at the end of the measured phases: \
-             pool {}, stored {}, ratio {}; zswpout {} zswpin {} zswpwb {}, refused: poor \
-             compression {}, pool full {}; same-filled pages {}",
+             pool {}, stored {}, ratio {}; zswpout {} zswpin {} zswpwb {}; poor compression \
+             {} (stored as they are at the end: {}), refused for a full pool {}; same-filled \
+             pages {}",
             self.compressed_max_pct.unwrap_or(0),
             size(end("zswap_pool_bytes")),
             size(end("zswap_stored_bytes")),
@@ -145,6 +146,7 @@ impl Report {
             run("zswpin"),
             run("zswpwb"),
             run("zswap_reject_compress"),
+            end("zswap_stored_incompressible_pages").unwrap_or(0),
             run("zswap_reject_full"),
             end("zswap_same_filled_pages").unwrap_or(0),
         ))

@@ -43,6 +43,27 @@ impl Tier {
     }
 }
 
+/// What the compressed pool does with a page that compresses poorly, where a tier is
+/// behind it (`--incompressible`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Incompressible {
+    /// Stored in the pool as it is, uncompressed (zswap since Linux 6.18): a fault on it
+    /// costs a copy from RAM; it goes on to the tier behind with writeback.
+    Store,
+    /// Passed straight to the tier behind the pool (zswap before 6.18).
+    Pass,
+}
+
+impl Incompressible {
+    /// The name on the command line and in `USWAP_INCOMPRESSIBLE`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Incompressible::Store => "store",
+            Incompressible::Pass => "pass",
+        }
+    }
+}
+
 /// Parse `--compressor`: `lz4`, `lz4:ACCELERATION`, `zstd` or `zstd:LEVEL`.
 fn parse_compressor(s: &str) -> Result<uswap::Compressor, String> {
     s.parse()
@@ -78,6 +99,13 @@ pub struct TierArgs {
     #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u32).range(1..=90))]
     pub compressed_max: Option<u32>,
 
+    /// Pages that compress poorly (over 80%), with compressed+file or compressed+remote:
+    /// store (default) keeps them in the pool as they are, pass sends them straight on
+    /// to the file or the cluster. Either way each takes a page of the budget while in
+    /// RAM; stored, a fault on one is a copy from RAM instead of a read.
+    #[arg(long, value_enum, value_name = "WHAT")]
+    pub incompressible: Option<Incompressible>,
+
     /// The Redis Cluster of the remote tiers: redis://HOST:PORT[,HOST:PORT...] (a few
     /// nodes as seeds; rediss:// for TLS, redis://USER:PASSWORD@HOST:PORT for AUTH).
     #[arg(long, value_name = "URLS")]
@@ -109,6 +137,23 @@ impl TierArgs {
             }
             _ => {}
         }
+        if self.incompressible.is_some()
+            && !matches!(
+                kind,
+                uswap::TierKind::CompressedFile | uswap::TierKind::CompressedRemote
+            )
+        {
+            return Err(format!(
+                "--incompressible is for a compressed pool with a tier behind it: add \
+                 --tier compressed+file or compressed+remote (the tier is {}{})",
+                self.tier.name(),
+                if kind == uswap::TierKind::Compressed {
+                    ", where such pages stay resident"
+                } else {
+                    ""
+                }
+            ));
+        }
         if !kind.is_compressed() {
             for (given, opt) in [
                 (self.compressor.is_some(), "--compressor"),
@@ -136,12 +181,18 @@ impl TierArgs {
         self.compressed_max.unwrap_or(DEFAULT_COMPRESSED_MAX)
     }
 
+    /// What becomes of pages that compress poorly (the engine's default when not given).
+    pub fn incompressible(&self) -> Incompressible {
+        self.incompressible.unwrap_or(Incompressible::Store)
+    }
+
     /// The settings on a pool builder.
     pub fn apply(&self, b: uswap::PoolBuilder) -> uswap::PoolBuilder {
         let mut b = b
             .tier(self.tier.kind())
             .compressor(self.compressor())
-            .compressed_max_percent(self.compressed_max());
+            .compressed_max_percent(self.compressed_max())
+            .store_incompressible(self.incompressible() == Incompressible::Store);
         if let Some(r) = &self.remote {
             b = b.remote(r.clone());
         }
@@ -158,6 +209,9 @@ impl TierArgs {
         if let Some(p) = self.compressed_max {
             a.extend(["--compressed-max".to_string(), p.to_string()]);
         }
+        if let Some(i) = self.incompressible {
+            a.extend(["--incompressible".to_string(), i.name().to_string()]);
+        }
         if let Some(r) = &self.remote {
             a.extend(["--remote".to_string(), r.clone()]);
         }
@@ -170,6 +224,10 @@ impl TierArgs {
             ("USWAP_TIER", self.tier.name().to_string()),
             ("USWAP_COMPRESSOR", self.compressor().to_string()),
             ("USWAP_COMPRESSED_MAX", self.compressed_max().to_string()),
+            (
+                "USWAP_INCOMPRESSIBLE",
+                self.incompressible().name().to_string(),
+            ),
         ];
         if let Some(r) = &self.remote {
             e.push(("USWAP_REMOTE", r.clone()));
@@ -214,6 +272,9 @@ mod tests {
             if t.kind().is_compressed() {
                 args.extend(["--compressor", "zstd:3", "--compressed-max", "30"]);
             }
+            if matches!(t, Tier::CompressedFile | Tier::CompressedRemote) {
+                args.extend(["--incompressible", "pass"]);
+            }
             if t.kind().is_remote() {
                 args.extend(["--remote", "redis://127.0.0.1:7000"]);
             }
@@ -227,6 +288,14 @@ mod tests {
         assert_eq!(a.tier, Tier::File);
         assert_eq!(a.compressed_max(), 50);
         assert_eq!(a.compressor(), uswap::Compressor::Lz4);
+        assert_eq!(a.incompressible(), Incompressible::Store);
+        let env = parse(&["--tier", "compressed+file", "--incompressible", "pass"])
+            .unwrap()
+            .env();
+        assert!(
+            env.contains(&("USWAP_INCOMPRESSIBLE", "pass".to_string())),
+            "{env:?}"
+        );
     }
 
     #[test]
@@ -264,6 +333,12 @@ mod tests {
         assert!(e.contains("95"), "{e}");
         let e = parse(&["--tier", "compressed", "--compressor", "gzip"]).unwrap_err();
         assert!(e.contains("unknown compressor"), "{e}");
+        let e = parse(&["--tier", "compressed", "--incompressible", "store"]).unwrap_err();
+        assert!(e.contains("stay resident"), "{e}");
+        let e = parse(&["--incompressible", "pass"]).unwrap_err();
+        assert!(e.contains("--incompressible is for"), "{e}");
+        let e = parse(&["--tier", "compressed+file", "--incompressible", "keep"]).unwrap_err();
+        assert!(e.contains("keep"), "{e}");
         let e = parse(&["--tier", "ssd"]).unwrap_err();
         assert!(e.contains("ssd"), "{e}");
     }

@@ -55,6 +55,7 @@ struct Config {
     tier: uswap::TierKind,
     compressor: uswap::Compressor,
     compressed_max: u32,
+    store_incompressible: bool,
     remote: Option<String>,
 }
 
@@ -245,6 +246,11 @@ fn read_config() -> Result<Config, String> {
                 }
             },
         },
+        store_incompressible: match std::env::var("USWAP_INCOMPRESSIBLE").as_deref() {
+            Err(_) | Ok("") | Ok("store") => true,
+            Ok("pass") => false,
+            Ok(o) => return Err(format!("USWAP_INCOMPRESSIBLE={o:?}: use store or pass")),
+        },
         remote: std::env::var("USWAP_REMOTE").ok().filter(|r| !r.is_empty()),
     })
 }
@@ -297,6 +303,7 @@ fn pool() -> Option<&'static Pool> {
             .tier(cfg.tier)
             .compressor(cfg.compressor)
             .compressed_max_percent(cfg.compressed_max)
+            .store_incompressible(cfg.store_incompressible)
             .fork_hooks(false);
         if let Some(r) = &cfg.remote {
             b = b.remote(r.clone());

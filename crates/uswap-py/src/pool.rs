@@ -52,6 +52,7 @@ pub struct TierOptions<'a> {
     pub tier: Option<&'a str>,
     pub compressor: Option<&'a str>,
     pub compressed_max: Option<u32>,
+    pub incompressible: Option<&'a str>,
     pub remote: Option<&'a str>,
 }
 
@@ -115,6 +116,27 @@ fn apply_tier(b: uswap::PoolBuilder, o: &TierOptions<'_>) -> PyResult<uswap::Poo
         }
         b = b.compressed_max_percent(p);
     }
+    if let Some(i) = o.incompressible {
+        if !matches!(
+            kind,
+            uswap::TierKind::CompressedFile | uswap::TierKind::CompressedRemote
+        ) {
+            return Err(invalid_option(format!(
+                "incompressible applies to tier=\"compressed+file\" or \
+                 tier=\"compressed+remote\" (a pool with a tier behind it), not to tier={:?}",
+                kind.name()
+            )));
+        }
+        b = b.store_incompressible(match i {
+            "store" => true,
+            "pass" => false,
+            _ => {
+                return Err(invalid_option(format!(
+                    "incompressible must be \"store\" or \"pass\", not {i:?}"
+                )))
+            }
+        });
+    }
     Ok(b)
 }
 
@@ -158,7 +180,8 @@ pub fn counters_dict<'py>(py: Python<'py>, c: &uswap::Counters) -> PyResult<Boun
 /// A resident budget and a swap tier, shared by the regions made from it.
 ///
 /// Pool(budget="256M", *, swap_file=None, swap_size=None, unit="auto", tier=None,
-///      compressor=None, compressed_max=None, remote=None, readahead="vma",
+///      compressor=None, compressed_max=None, incompressible=None, remote=None,
+///      readahead="vma",
 ///      fault_threads=1, encrypt=False)
 ///
 /// Sizes are ints (bytes) or strings such as "256M" or "2G". `swap_file`: a directory
@@ -168,7 +191,10 @@ pub fn counters_dict<'py>(py: Python<'py>, c: &uswap::Counters) -> PyResult<Boun
 /// in the budget, no disk), "compressed+file" (compressed RAM in front of the swap
 /// file), "remote" (a Redis Cluster), "compressed+remote"; `compressor`: "lz4"
 /// (default), "lz4:ACCELERATION" (2-64), "zstd" or "zstd:LEVEL"; `compressed_max`: the compressed pool's share of
-/// the budget in percent, 1-90 (default 50); `remote`: the cluster of the remote tiers,
+/// the budget in percent, 1-90 (default 50); `incompressible`: with "compressed+file" or
+/// "compressed+remote", what becomes of a page that does not compress: "store" (default:
+/// kept in the pool as it is while the pool has room) or "pass" (straight on to the file
+/// or the cluster); `remote`: the cluster of the remote tiers,
 /// "redis://HOST:PORT[,HOST:PORT...]". Bad values raise uswap.InvalidOptionError (a
 /// ValueError). `encrypt`: encrypt what goes to the swap file (or the
 /// cluster), under a key made at start and never written anywhere. Use it as a context
@@ -201,7 +227,7 @@ pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Pool {
     #[new]
     #[pyo3(signature = (budget=None, *, swap_file=None, swap_size=None, unit="auto", tier=None,
-                        compressor=None, compressed_max=None, remote=None,
+                        compressor=None, compressed_max=None, incompressible=None, remote=None,
                         readahead="vma", fault_threads=1, encrypt=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -213,6 +239,7 @@ impl Pool {
         tier: Option<&str>,
         compressor: Option<&str>,
         compressed_max: Option<u32>,
+        incompressible: Option<&str>,
         remote: Option<&str>,
         readahead: &str,
         fault_threads: usize,
@@ -238,6 +265,7 @@ impl Pool {
                 tier,
                 compressor,
                 compressed_max,
+                incompressible,
                 remote,
             },
         )?;

@@ -8,7 +8,8 @@
 //! ```
 //!
 //! where the stored bytes are the compressed data (or, for a unit chunk that does not
-//! compress, the raw data, with the RAW bit set), and the checksum is over them.
+//! compress and a page stored with [`Zpool::store_page_raw`], the raw data, with the RAW
+//! bit set), and the checksum is over them.
 
 use crate::checksum::checksum;
 use crate::compressor::Compressor;
@@ -228,6 +229,24 @@ impl Zpool {
         Ok(Handle::object(obj))
     }
 
+    /// Store one 4 KiB page as it is, uncompressed (one object: the page behind its
+    /// header, checksummed like any): for a page that [`Zpool::store_page`] refused as
+    /// compressing poorly, where a copy in RAM beats one on a slower tier (zswap keeps
+    /// such pages so since Linux 6.18). Counted in `incompressible_pages` while stored.
+    /// Refused only when the pool is full.
+    pub fn store_page_raw(&self, page: &[u8; PAGE_SIZE]) -> Result<Handle, Reject> {
+        if let Some(pattern) = same_filled(page) {
+            return self.store_same_filled(false, pattern);
+        }
+        if !self.under_limit() {
+            return Err(self.reject(Reject::PoolFull));
+        }
+        let obj = self.store_object(page, true).map_err(|r| self.reject(r))?;
+        Counters::add(&self.counters.incompressible_pages, 1);
+        self.count_stored(false, false);
+        Ok(Handle::object(obj))
+    }
+
     /// Store a same-filled page or unit: in the handle when the word allows, else as a
     /// small record.
     pub(crate) fn store_same_filled(&self, unit: bool, pattern: u64) -> Result<Handle, Reject> {
@@ -351,7 +370,10 @@ impl Zpool {
     pub fn free(&self, handle: Handle) -> Result<(), Error> {
         match handle.entry() {
             Entry::Object(obj) => {
-                self.free_object(obj).ok_or(Error::InvalidHandle(handle))?;
+                let raw = self.free_object(obj).ok_or(Error::InvalidHandle(handle))?;
+                if raw {
+                    Counters::sub(&self.counters.incompressible_pages, 1);
+                }
                 self.count_freed(false, false);
             }
             Entry::SameFilled { unit, .. } => self.count_freed(unit, true),
@@ -397,13 +419,14 @@ impl Zpool {
         Ok(obj)
     }
 
-    /// Free one object, taking its stored bytes off `compressed_bytes`.
-    pub(crate) fn free_object(&self, obj: ObjRef) -> Option<()> {
-        let len = self.objects.free(obj, |payload| {
-            read_header(payload).map_or(0, |(_, len, _)| len)
+    /// Free one object, taking its stored bytes off `compressed_bytes`; whether it
+    /// was stored raw.
+    pub(crate) fn free_object(&self, obj: ObjRef) -> Option<bool> {
+        let (len, raw) = self.objects.free(obj, |payload| {
+            read_header(payload).map_or((0, false), |(_, len, raw)| (len, raw))
         })?;
         Counters::sub(&self.counters.compressed_bytes, len as u64);
-        Some(())
+        Some(raw)
     }
 
     /// Move objects out of sparse zspages into fuller ones and give the emptied

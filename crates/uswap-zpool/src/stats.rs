@@ -57,12 +57,18 @@ counters! {
     same_filled_pages,
     /// Of `stored_units`, those kept as a same-filled word.
     same_filled_units,
+    /// Of `stored_pages`, those stored as they are, uncompressed
+    /// ([`Zpool::store_page_raw`](crate::Zpool::store_page_raw); zswap's
+    /// `stored_incompressible_pages`).
+    incompressible_pages,
     /// Uncompressed bytes of everything stored now.
     stored_bytes,
-    /// Bytes those take compressed (raw for incompressible unit chunks; 0 for
-    /// same-filled), without object headers.
+    /// Bytes those take compressed (raw for incompressible unit chunks and pages stored
+    /// as they are; 0 for same-filled), without object headers.
     compressed_bytes,
-    /// Stores refused because the data compressed over the threshold.
+    /// Stores refused because the data compressed over the threshold (a page the
+    /// caller then stores as it is, [`Zpool::store_page_raw`](crate::Zpool::store_page_raw),
+    /// counts here too).
     reject_poor_compression,
     /// Stores refused because the pool was at its limit.
     reject_pool_full,

@@ -128,6 +128,77 @@ fn damaged_pages_are_refused_never_returned() {
     assert_eq!(pool.stats().stored_pages, 0);
 }
 
+/// Pages that compress poorly, stored as they are: exact back, counted while stored,
+/// checked like any (a damaged byte is refused), refused when the pool is full;
+/// same-filled pages still take no object.
+#[test]
+fn incompressible_pages_are_stored_as_they_are() {
+    let pool = Zpool::new(Config::default()).unwrap();
+    let mut out = [0u8; PAGE_SIZE];
+    let random: Vec<_> = (0..64).map(|i| page(DataKind::Random, i)).collect();
+    let handles: Vec<Handle> = random
+        .iter()
+        .map(|p| {
+            assert_eq!(pool.store_page(p), Err(crate::Reject::PoorCompression));
+            pool.store_page_raw(p).unwrap()
+        })
+        .collect();
+    let st = pool.stats();
+    assert_eq!(
+        (st.incompressible_pages, st.stored_pages),
+        (64, 64),
+        "{st:?}"
+    );
+    assert_eq!(st.compressed_bytes, 64 * PAGE_SIZE as u64, "{st:?}");
+    for (h, p) in handles.iter().zip(&random) {
+        pool.load(*h, &mut out).unwrap();
+        assert_eq!(out, **p);
+    }
+    let obj = object_of(handles[7]);
+    damage(&pool, obj, 3000);
+    assert_eq!(
+        pool.load(handles[7], &mut out),
+        Err(Error::Corrupt(handles[7]))
+    );
+    damage(&pool, obj, 3000);
+    let zeros = pool.store_page_raw(&[0u8; PAGE_SIZE]).unwrap();
+    assert!(
+        !matches!(zeros.entry(), Entry::Object(_)),
+        "zeros kept as a word"
+    );
+    pool.free(zeros).unwrap();
+    // A unit's raw chunks (half of it random) are not pages stored as they are.
+    let mut half_random = unit(DataKind::Zeros, 1);
+    for i in 256..512 {
+        half_random[i * PAGE_SIZE..(i + 1) * PAGE_SIZE]
+            .copy_from_slice(&page(DataKind::Random, i as u64)[..]);
+    }
+    let u = pool.store_unit(&half_random).unwrap();
+    assert_eq!(pool.stats().incompressible_pages, 64);
+    pool.free(u).unwrap();
+    for h in &handles[..32] {
+        pool.free(*h).unwrap();
+    }
+    let st = pool.stats();
+    assert_eq!(
+        (st.incompressible_pages, st.stored_pages),
+        (32, 32),
+        "{st:?}"
+    );
+    // Full: refused, nothing counted.
+    pool.set_limit(pool.total_bytes());
+    assert_eq!(
+        pool.store_page_raw(&random[0]),
+        Err(crate::Reject::PoolFull)
+    );
+    assert_eq!(pool.stats().incompressible_pages, 32);
+    for h in &handles[32..] {
+        pool.free(*h).unwrap();
+    }
+    assert_eq!(pool.stats().incompressible_pages, 0);
+    assert_eq!(pool.stats().compressed_bytes, 0);
+}
+
 #[test]
 fn damaged_unit_chunks_are_refused() {
     for kind in [DataKind::Text, DataKind::Mixed] {

@@ -124,6 +124,7 @@ impl Engine {
                 cfg.budget / 100 * cfg.compressed_max_percent as u64,
                 max_slots,
                 t != crate::TierKind::Compressed,
+                cfg.store_incompressible,
             )?),
         };
         let back_writes = cfg.tier != crate::TierKind::Compressed;
@@ -250,6 +251,7 @@ impl Engine {
             c.zswap_pool_bytes = st.pool_bytes + st.metadata_bytes;
             c.zswap_stored_bytes = st.stored_bytes;
             c.zswap_same_filled_pages = st.same_filled_pages + 512 * st.same_filled_units;
+            c.zswap_stored_incompressible_pages = st.incompressible_pages;
         }
         c.internal_errors =
             self.diag.internal.load(Relaxed) + self.slots.double_frees() + self.slots.invalid_ops();

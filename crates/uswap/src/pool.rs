@@ -199,6 +199,7 @@ pub struct PoolBuilder {
     pub(crate) tier: TierKind,
     pub(crate) compressor: Compressor,
     pub(crate) compressed_max_percent: u32,
+    pub(crate) store_incompressible: bool,
     pub(crate) remote: Option<String>,
     pub(crate) inject: FaultInjection,
     pub(crate) encrypt: bool,
@@ -228,6 +229,7 @@ impl Default for PoolBuilder {
             tier: TierKind::File,
             compressor: Compressor::Lz4,
             compressed_max_percent: 50,
+            store_incompressible: true,
             remote: None,
             inject: FaultInjection::default(),
             encrypt: false,
@@ -361,6 +363,17 @@ impl PoolBuilder {
     /// to the file (`compressed+file`) or new ones are refused (`compressed`).
     pub fn compressed_max_percent(mut self, p: u32) -> Self {
         self.compressed_max_percent = p.clamp(1, 90);
+        self
+    }
+    /// Whether pages that compress poorly (over the accept threshold, 80%) are stored
+    /// in the compressed pool as they are, uncompressed, where a tier is behind it
+    /// (default on, as zswap does since Linux 6.18): a fault on one then costs a copy
+    /// from RAM, not a read from the file or the cluster, and it leaves for that tier
+    /// when writeback comes to it, the oldest first. Off: such pages go straight to
+    /// that tier (zswap before 6.18). Either way each takes a page of the budget while
+    /// in RAM. With no tier behind the pool (`TierKind::Compressed`) they stay resident.
+    pub fn store_incompressible(mut self, on: bool) -> Self {
+        self.store_incompressible = on;
         self
     }
     /// Register the fork hooks (`prepare_fork`, `after_fork_*`) with `pthread_atfork`

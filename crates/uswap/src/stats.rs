@@ -43,6 +43,10 @@ macro_rules! counters {
             pub zswap_stored_bytes: u64,
             /// Pages the compressed tier keeps as one repeated word (no pool memory).
             pub zswap_same_filled_pages: u64,
+            /// Pages the compressed tier holds as they are, uncompressed: they
+            /// compress poorly (`PoolBuilder::store_incompressible`; zswap's
+            /// `stored_incompressible_pages`).
+            pub zswap_stored_incompressible_pages: u64,
             /// Remote tier (gauges of the pool's store): values read and written,
             /// payload bytes, retries after transient errors, failovers seen, values
             /// lost or corrupt, and the round-trip latency of single reads (µs).
@@ -171,7 +175,8 @@ counters! {
     zswpin,
     /// Pages written back from the compressed tier to the back tier (zswap's zswpwb).
     zswpwb,
-    /// Pages the compressed tier refused: they compress poorly.
+    /// Pages that compress poorly: refused by the compressed tier, or stored there as
+    /// they are (`zswap_stored_incompressible_pages`).
     zswap_reject_compress,
     /// Pages the compressed tier refused: its pool was at its share of the budget.
     zswap_reject_full,

@@ -126,6 +126,46 @@ fn compressed_only_keeps_what_it_cannot_store() {
     });
 }
 
+/// Pages that compress poorly (every fifth page here) are stored as they are in front
+/// of a file (the default): with room in the pool, nothing reaches the file. Passed on
+/// (`store_incompressible(false)`), they go to the file. Either way every byte comes
+/// back. With the pool at its share, stored ones are written back with the rest, and
+/// come back exact from the file.
+#[test]
+fn incompressible_pages_are_stored_as_they_are_or_passed_on() {
+    for (store, share, size) in [(true, 90, 64), (false, 90, 64), (true, 25, 160)] {
+        with_deadline(180, |t| {
+            t.phase(format!("store {store}, share {share}%, {size} MiB"));
+            let p = t.pool(
+                Pool::builder()
+                    .budget(48 * MIB)
+                    .tier(TierKind::CompressedFile)
+                    .compressed_max_percent(share)
+                    .store_incompressible(store),
+            );
+            let r = p.region_with(size * MIB, opts(UnitPolicy::Small)).unwrap();
+            let mut stored_raw = 0;
+            for seed in [1, 2] {
+                fill(r.as_words(), seed);
+                stored_raw = stored_raw.max(p.counters().zswap_stored_incompressible_pages);
+                check(r.as_words(), seed);
+            }
+            let c = p.counters();
+            assert!(c.zswap_reject_compress > 0, "random pages seen: {c:?}");
+            assert_eq!(stored_raw > 0, store, "stored as they are: {c:?}");
+            match (store, share) {
+                (true, 90) => assert_eq!(c.pswpout, 0, "nothing went to the file: {c:?}"),
+                (false, _) => assert!(c.pswpout > 0, "passed on to the file: {c:?}"),
+                _ => assert!(c.zswpwb > 0 && c.pswpin > 0, "written back, read: {c:?}"),
+            }
+            assert_eq!((c.poisoned, c.internal_errors), (0, 0), "{c:?}");
+            assert!(c.peak_used_bytes <= 48 * MIB, "{c:?}");
+            drop(r);
+            assert_eq!(p.counters().zswap_stored_incompressible_pages, 0);
+        });
+    }
+}
+
 /// Pages of `word`'s pattern that compress poorly (every fifth) in `bytes`.
 fn random_pages(bytes: u64) -> u64 {
     bytes / 4096 / 5

@@ -61,9 +61,13 @@ pub(crate) struct Compressed {
     share_max: u64,
     /// Whether entries may be written back to the back tier.
     writeback: bool,
-    /// Stores refused in a row for compressing poorly; past `POOR_RUN`, only one store
-    /// in `POOR_RUN` is tried (data that does not compress costs a compression each
-    /// time, ~1 ms per unit, for nothing).
+    /// Pages that compress poorly are stored as they are (`stores_incompressible`).
+    store_incompressible: bool,
+    /// Stores in a row of pages or units that compress poorly (refused, or stored as
+    /// they are); past `POOR_RUN`, only one store in `POOR_RUN` is tried, the others
+    /// pass on untried (data that does not compress costs a compression each time, ~1
+    /// ms per unit, for nothing; and copied into the pool as it is, a stream of it
+    /// would only wait there to be written out).
     poor_run: std::sync::atomic::AtomicU32,
     /// Serializes updates of the budget's `Pool` gauge and of `floor`.
     charging: Mutex<()>,
@@ -106,8 +110,9 @@ pub(crate) enum UnitStore {
 const POOR_RUN: u32 = 32;
 
 /// Pages one store may grow the pool by beyond its object: a new zspage (at most 8
-/// pages) and a step of the tables that index it (~2 pages), rounded up.
-const STORE_GROWTH: i64 = 16;
+/// pages; 16 for a page stored as it is, ~4.1 KiB with its header) and a step of the
+/// tables that index it (~2 pages).
+const STORE_GROWTH: i64 = 18;
 
 /// Pages stored between frees of their frames (one zap each time).
 const STORE_CHUNK: usize = 16;
@@ -116,9 +121,9 @@ const STORE_CHUNK: usize = 16;
 /// written and let go on its own).
 const WRITEBACK_PAGES: i64 = 64;
 
-/// Room a chunk of page stores grows the pool by before its frames are freed (an
-/// object is under a page: pages compressing worse are refused).
-const CHUNK_GROWTH: i64 = STORE_CHUNK as i64 + STORE_GROWTH;
+/// Room a chunk of page stores grows the pool by before its frames are freed: its
+/// objects (16 pages stored as they are take 17 pages of slots) and one growth step.
+const CHUNK_GROWTH: i64 = STORE_CHUNK as i64 + 1 + STORE_GROWTH;
 
 impl Compressed {
     pub(crate) fn new(
@@ -126,6 +131,7 @@ impl Compressed {
         share_bytes: u64,
         max_slots: u64,
         writeback: bool,
+        store_incompressible: bool,
     ) -> crate::Result<Compressed> {
         let pool = Zpool::new(uswap_zpool::Config {
             compressor,
@@ -151,6 +157,7 @@ impl Compressed {
             share: AtomicU64::new(share_bytes),
             share_max: share_bytes,
             writeback,
+            store_incompressible,
             poor_run: std::sync::atomic::AtomicU32::new(0),
             charging: Mutex::new(()),
             floor: std::sync::atomic::AtomicI64::new(0),
@@ -218,6 +225,19 @@ impl Compressed {
         !self.writeback
     }
 
+    /// Whether a page that compresses poorly is stored as it is, uncompressed
+    /// (`PoolBuilder::store_incompressible`, with a tier behind the pool: with none it
+    /// stays resident instead, `keeps_incompressible`), as zswap does since Linux 6.18:
+    /// a fault on it is then a copy from RAM, not a read. Only while the pool is under
+    /// the mark writeback takes it down to (`low_mark`): a page stored raw takes what
+    /// would hold two or three compressed ones, and at the share it would push them out
+    /// to the back tier, each to be read back (pmbench 80/20 4k at 513 MiB, its share
+    /// 50%: 0.89x the accesses with raw pages pushing, docs/benchmarks.md). In the pool
+    /// it waits its turn for writeback with the rest, the oldest first.
+    fn stores_incompressible(&self) -> bool {
+        self.writeback && self.store_incompressible && self.bytes() < self.low_mark()
+    }
+
     /// Whether evicted pages go into the pool now: it is not refusing stores for want of
     /// room (`limit_hit`) or for compressing poorly (`poor_run`). Reclaim evicts ahead
     /// of need only when not (`evict::may_evict_ahead`).
@@ -239,7 +259,8 @@ impl Compressed {
     }
 
     /// How many evicted pages this pool can surely take now: the room left in its
-    /// share, a page each (a stored page takes less); none while stores are skipped
+    /// share, a page each (a stored page takes less, one stored as it is ~6% more: the
+    /// last of those may be refused, and stays); none while stores are skipped
     /// for compressing poorly (one try in `POOR_RUN`).
     /// While the back tier takes no writes (none, or refusing), reclaim moves out only
     /// what this (or a clean copy) can take: pages moved out only to be put back cost
@@ -274,6 +295,18 @@ impl Compressed {
     fn over_share(&self) -> bool {
         let share = self.share.load(Relaxed);
         self.limit_hit.load(Relaxed) || self.bytes() >= share - share / 16
+    }
+
+    /// Where writeback takes the pool down to: 7/8 of its share, and to where the
+    /// largest entry fits.
+    fn low_mark(&self) -> u64 {
+        let share = self.share.load(Relaxed);
+        let largest = if self.whole_units {
+            self.unit_growth() as u64 * PAGE_SIZE as u64
+        } else {
+            PAGE_SIZE as u64
+        };
+        (share - share / 8).min(share.saturating_sub(largest))
     }
 
     /// A store's outcome, for `poor_run`.
@@ -523,16 +556,26 @@ pub(crate) fn store_pages(
                 continue;
             }
             grow_room(e, c, 1 + STORE_GROWTH);
-            match c
-                .pool
-                .store_page(e.frames.page(f).try_into().expect("a page"))
-            {
+            let page: &[u8; PAGE_SIZE] = e.frames.page(f).try_into().expect("a page");
+            let mut poor = false;
+            let outcome = match c.pool.store_page(page) {
+                Err(Reject::PoorCompression) if c.stores_incompressible() => {
+                    poor = true;
+                    c.pool.store_page_raw(page)
+                }
+                o => o,
+            };
+            match outcome {
                 Ok(h) => {
-                    c.note(false);
+                    if poor {
+                        r.counters.zswap_reject_compress.fetch_add(1, Relaxed);
+                    }
+                    c.note(poor);
                     stored.push((p, f, h))
                 }
                 Err(why) => {
-                    c.note(why == Reject::PoorCompression);
+                    // (Stored as it was, a page compressing poorly found the pool full.)
+                    c.note(poor || why == Reject::PoorCompression);
                     full = why == Reject::PoolFull;
                     if why == Reject::PoorCompression && c.keeps_incompressible() {
                         u.keep(p as usize % UNIT_PAGES);
@@ -788,16 +831,9 @@ fn balance_with(e: &Engine, ctx: &mut ThreadCtx, need: u64, nested: bool) -> u64
         c.pool.compact();
         charge_pool(e, c);
     }
-    let share = c.share.load(Relaxed);
     let hit = c.limit_hit.load(Relaxed);
     let over = c.over_share();
-    // Down to 7/8 of the share, and to where the largest entry fits.
-    let largest = if c.whole_units {
-        c.unit_growth() as u64 * PAGE_SIZE as u64
-    } else {
-        PAGE_SIZE as u64
-    };
-    let low = (share - share / 8).min(share.saturating_sub(largest));
+    let low = c.low_mark();
     if !c.writeback || !(over || need > 0) || !crate::writeback::can_write(e) {
         // Loads and frees made room without writeback (always so with no back tier):
         // the pool takes stores again (`takes_stores`).
