@@ -129,8 +129,8 @@ fn compressed_only_keeps_what_it_cannot_store() {
 /// Pages that compress poorly (every fifth page here) are stored as they are in front
 /// of a file (the default): with room in the pool, nothing reaches the file. Passed on
 /// (`store_incompressible(false)`), they go to the file. Either way every byte comes
-/// back. With the pool at its share, stored ones are written back with the rest, and
-/// come back exact from the file.
+/// back. With the pool at its share, stored ones are written back first, and come back
+/// exact from the file.
 #[test]
 fn incompressible_pages_are_stored_as_they_are_or_passed_on() {
     for (store, share, size) in [(true, 90, 64), (false, 90, 64), (true, 25, 160)] {
@@ -152,10 +152,17 @@ fn incompressible_pages_are_stored_as_they_are_or_passed_on() {
             }
             let c = p.counters();
             assert!(c.zswap_reject_compress > 0, "random pages seen: {c:?}");
-            assert_eq!(stored_raw > 0, store, "stored as they are: {c:?}");
             match (store, share) {
-                (true, 90) => assert_eq!(c.pswpout, 0, "nothing went to the file: {c:?}"),
-                (false, _) => assert!(c.pswpout > 0, "passed on to the file: {c:?}"),
+                (true, 90) => {
+                    assert!(stored_raw > 0, "stored as they are: {c:?}");
+                    assert_eq!(c.pswpout, 0, "nothing went to the file: {c:?}");
+                }
+                (false, _) => {
+                    assert_eq!(stored_raw, 0, "passed on: {c:?}");
+                    assert!(c.pswpout > 0, "passed on to the file: {c:?}");
+                }
+                // (Raw pages are the first written back: how many are in the pool at a
+                // given moment depends on when writeback ran.)
                 _ => assert!(c.zswpwb > 0 && c.pswpin > 0, "written back, read: {c:?}"),
             }
             assert_eq!((c.poisoned, c.internal_errors), (0, 0), "{c:?}");
