@@ -247,8 +247,8 @@ fn read_config() -> Result<Config, String> {
             },
         },
         store_incompressible: match std::env::var("USWAP_INCOMPRESSIBLE").as_deref() {
-            Err(_) | Ok("") | Ok("store") => true,
-            Ok("pass") => false,
+            Ok("store") => true,
+            Err(_) | Ok("") | Ok("pass") => false,
             Ok(o) => return Err(format!("USWAP_INCOMPRESSIBLE={o:?}: use store or pass")),
         },
         remote: std::env::var("USWAP_REMOTE").ok().filter(|r| !r.is_empty()),

@@ -192,9 +192,10 @@ pub fn counters_dict<'py>(py: Python<'py>, c: &uswap::Counters) -> PyResult<Boun
 /// file), "remote" (a Redis Cluster), "compressed+remote"; `compressor`: "lz4"
 /// (default), "lz4:ACCELERATION" (2-64), "zstd" or "zstd:LEVEL"; `compressed_max`: the compressed pool's share of
 /// the budget in percent, 1-90 (default 50); `incompressible`: with "compressed+file" or
-/// "compressed+remote", what becomes of a page that does not compress: "store" (default:
-/// kept in the pool as it is while the pool has room) or "pass" (straight on to the file
-/// or the cluster); `remote`: the cluster of the remote tiers,
+/// "compressed+remote", what becomes of a page that does not compress: "pass" (default:
+/// straight on to the file or the cluster) or "store" (kept in the pool as it is while
+/// the pool is under its share; pays where the pool has room to spare); `remote`: the
+/// cluster of the remote tiers,
 /// "redis://HOST:PORT[,HOST:PORT...]". Bad values raise uswap.InvalidOptionError (a
 /// ValueError). `encrypt`: encrypt what goes to the swap file (or the
 /// cluster), under a key made at start and never written anywhere. Use it as a context
