@@ -32,3 +32,26 @@ def summarize(d, rows):
             line = details(s, v[s]) if details else None
             if line:
                 print(f'   {s} {line}')
+
+
+MIB = 1 << 20
+
+
+def pool_details(side, runs):
+    """The usual line under a row of a compressed tier's sitting: resident set and pool
+    at the end of the measured phase (and the pages stored raw, when any side had
+    some), the budget's peak; for pmbench, faults by tier and latency; for the streams,
+    bytes written and the phases' seconds."""
+    cm = [x['counters_measured'] for x in runs]
+    res = [c['resident_bytes'] // MIB for c in cm]
+    pool = [c['zswap_pool_bytes'] // MIB for c in cm]
+    peak = max(x['counters']['peak_used_bytes'] for x in runs) / MIB
+    raw = ''
+    if any('zswap_stored_incompressible_pages' in c for c in cm):
+        raw = f' (raw pages MiB {[c.get("zswap_stored_incompressible_pages", 0) * 4096 // MIB for c in cm]})'
+    line = f'resident MiB {res} pool MiB {pool}{raw}; peak {peak:.1f} MiB'
+    if runs[0]['accesses_per_s'] is not None:
+        return line + (f'; pool loads {[c["zswpin"] for c in cm]} file reads {[c["pswpin"] for c in cm]}'
+                       f'; p50 {[round(x["lat_p50_us"], 1) for x in runs]} p90 {[round(x["lat_p90_us"]) for x in runs]}')
+    written = [round(x['counters']['pswpout'] * 4096 / MIB) for x in runs]
+    return line + f'; written MiB {written}; phases {[[round(p["seconds"], 2) for p in x["phases"]] for x in runs]}'
