@@ -69,10 +69,6 @@ fn parse_compressor(s: &str) -> Result<uswap::Compressor, String> {
     s.parse()
 }
 
-/// The compressed pool's share of the budget when `--compressed-max` is not given (the
-/// engine's default).
-pub const DEFAULT_COMPRESSED_MAX: u32 = 50;
-
 /// Tier options, shared by `uswap bench` and `uswap run`.
 #[derive(Debug, Clone, Args)]
 pub struct TierArgs {
@@ -95,17 +91,20 @@ pub struct TierArgs {
 
     /// The compressed pool's share of the budget in percent, 1-90, like zswap's
     /// max_pool_percent: past it the oldest entries go on to the file or the cluster
-    /// (new ones are refused with --tier compressed) [default: 50].
+    /// (new ones are refused with --tier compressed) [default: 90 with a tier behind
+    /// the pool, where what the budget holds as pool beats what it holds resident
+    /// (pmbench at equal memory: 1.10x 80%); 50 with --tier compressed, where the rest
+    /// is what stays resident].
     #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u32).range(1..=90))]
     pub compressed_max: Option<u32>,
 
     /// Pages that compress poorly (over 80%), with compressed+file or compressed+remote:
-    /// pass (default) sends them straight on to the file or the cluster; store keeps
-    /// them in the pool as they are while it is under its share (zswap since Linux
-    /// 6.18), so that a fault on one is a copy from RAM instead of a read. Either way
-    /// each takes a page of the budget while in RAM. Store pays where the pool has room
-    /// to spare (with --compressed-max 80, pmbench at equal memory: 1.11x); at a share
-    /// the pool fills it costs compressed pages their place (0.92x).
+    /// store (default) keeps them in the pool as they are while it is under its share
+    /// (zswap since Linux 6.18), so that a fault on one is a copy from RAM instead of a
+    /// read; pass sends them straight on to the file or the cluster (zswap before).
+    /// Either way each takes a page of the budget while in RAM. Store pays where the
+    /// pool has room (the default share, pmbench at equal memory: 1.33x pass); with a
+    /// small share that the pool fills it costs compressed pages their place (50%: 0.92x).
     #[arg(long, value_enum, value_name = "WHAT")]
     pub incompressible: Option<Incompressible>,
 
@@ -179,14 +178,22 @@ impl TierArgs {
         self.compressor.unwrap_or(uswap::Compressor::Lz4)
     }
 
-    /// The compressed pool's share in use, percent.
+    /// The compressed pool's share in use, percent (the engine's default for the tier
+    /// when not given).
     pub fn compressed_max(&self) -> u32 {
-        self.compressed_max.unwrap_or(DEFAULT_COMPRESSED_MAX)
+        self.compressed_max
+            .unwrap_or(self.tier.kind().default_compressed_max_percent())
     }
 
-    /// What becomes of pages that compress poorly (the engine's default when not given).
+    /// What becomes of pages that compress poorly (the engine's default when not given:
+    /// stored where a tier is behind the pool; with none they stay resident).
     pub fn incompressible(&self) -> Incompressible {
-        self.incompressible.unwrap_or(Incompressible::Pass)
+        self.incompressible
+            .unwrap_or(if self.tier.kind().has_writeback() {
+                Incompressible::Store
+            } else {
+                Incompressible::Pass
+            })
     }
 
     /// The settings on a pool builder.
@@ -292,6 +299,14 @@ mod tests {
         assert_eq!(a.compressed_max(), 50);
         assert_eq!(a.compressor(), uswap::Compressor::Lz4);
         assert_eq!(a.incompressible(), Incompressible::Pass);
+        let a = parse(&["--tier", "compressed"]).unwrap();
+        assert_eq!(a.compressed_max(), 50);
+        let a = parse(&["--tier", "compressed+file"]).unwrap();
+        assert_eq!(a.compressed_max(), 90);
+        assert_eq!(a.incompressible(), Incompressible::Store);
+        assert!(a
+            .env()
+            .contains(&("USWAP_COMPRESSED_MAX", "90".to_string())));
         let env = parse(&["--tier", "compressed+file", "--incompressible", "store"])
             .unwrap()
             .env();

@@ -54,8 +54,10 @@ struct Config {
     thread_arenas: bool,
     tier: uswap::TierKind,
     compressor: uswap::Compressor,
-    compressed_max: u32,
-    store_incompressible: bool,
+    /// None: the engine's default for the tier.
+    compressed_max: Option<u32>,
+    /// None: the engine's default (stored where a tier is behind the pool).
+    store_incompressible: Option<bool>,
     remote: Option<String>,
 }
 
@@ -236,9 +238,9 @@ fn read_config() -> Result<Config, String> {
             Ok(c) => c.parse().map_err(|e| format!("USWAP_COMPRESSOR: {e}"))?,
         },
         compressed_max: match std::env::var("USWAP_COMPRESSED_MAX").as_deref() {
-            Err(_) | Ok("") => 50,
+            Err(_) | Ok("") => None,
             Ok(p) => match p.trim_end_matches('%').parse::<u32>() {
-                Ok(n @ 1..=90) => n,
+                Ok(n @ 1..=90) => Some(n),
                 _ => {
                     return Err(format!(
                         "USWAP_COMPRESSED_MAX={p:?}: use a percent of the budget, 1-90"
@@ -247,8 +249,9 @@ fn read_config() -> Result<Config, String> {
             },
         },
         store_incompressible: match std::env::var("USWAP_INCOMPRESSIBLE").as_deref() {
-            Ok("store") => true,
-            Err(_) | Ok("") | Ok("pass") => false,
+            Ok("store") => Some(true),
+            Ok("pass") => Some(false),
+            Err(_) | Ok("") => None,
             Ok(o) => return Err(format!("USWAP_INCOMPRESSIBLE={o:?}: use store or pass")),
         },
         remote: std::env::var("USWAP_REMOTE").ok().filter(|r| !r.is_empty()),
@@ -302,9 +305,13 @@ fn pool() -> Option<&'static Pool> {
             .encrypt(cfg.encrypt)
             .tier(cfg.tier)
             .compressor(cfg.compressor)
-            .compressed_max_percent(cfg.compressed_max)
-            .store_incompressible(cfg.store_incompressible)
             .fork_hooks(false);
+        if let Some(p) = cfg.compressed_max {
+            b = b.compressed_max_percent(p);
+        }
+        if let Some(on) = cfg.store_incompressible {
+            b = b.store_incompressible(on);
+        }
         if let Some(r) = &cfg.remote {
             b = b.remote(r.clone());
         }
@@ -564,7 +571,10 @@ extern "C" fn print_stats() {
             "swap": pool.map(|p| p.swap_place()),
             "tier": cfg.tier.name(),
             "compressor": cfg.tier.is_compressed().then(|| cfg.compressor.to_string()),
-            "compressed_max_pct": cfg.tier.is_compressed().then_some(cfg.compressed_max),
+            "compressed_max_pct": cfg.tier.is_compressed().then(|| {
+                cfg.compressed_max
+                    .unwrap_or(cfg.tier.default_compressed_max_percent())
+            }),
             "zswap_ratio": cfg.tier.is_compressed().then(|| counters.zswap_ratio()),
             "regions_created": table::REGIONS_CREATED.load(Relaxed),
             "malloc_blocks": table::MALLOC_BLOCKS.load(Relaxed),

@@ -191,10 +191,11 @@ pub fn counters_dict<'py>(py: Python<'py>, c: &uswap::Counters) -> PyResult<Boun
 /// in the budget, no disk), "compressed+file" (compressed RAM in front of the swap
 /// file), "remote" (a Redis Cluster), "compressed+remote"; `compressor`: "lz4"
 /// (default), "lz4:ACCELERATION" (2-64), "zstd" or "zstd:LEVEL"; `compressed_max`: the compressed pool's share of
-/// the budget in percent, 1-90 (default 50); `incompressible`: with "compressed+file" or
-/// "compressed+remote", what becomes of a page that does not compress: "pass" (default:
-/// straight on to the file or the cluster) or "store" (kept in the pool as it is while
-/// the pool is under its share; pays where the pool has room to spare); `remote`: the
+/// the budget in percent, 1-90 (default 90 with a tier behind the pool, 50 with
+/// "compressed"); `incompressible`: with "compressed+file" or "compressed+remote", what
+/// becomes of a page that does not compress: "store" (default: kept in the pool as it
+/// is while the pool is under its share, a fault on it a copy from RAM) or "pass"
+/// (straight on to the file or the cluster); `remote`: the
 /// cluster of the remote tiers,
 /// "redis://HOST:PORT[,HOST:PORT...]". Bad values raise uswap.InvalidOptionError (a
 /// ValueError). `encrypt`: encrypt what goes to the swap file (or the

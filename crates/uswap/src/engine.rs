@@ -121,10 +121,13 @@ impl Engine {
             crate::TierKind::Remote => None,
             t => Some(crate::tier::compressed::Compressed::new(
                 cfg.compressor,
-                cfg.budget / 100 * cfg.compressed_max_percent as u64,
+                cfg.budget / 100
+                    * cfg
+                        .compressed_max_percent
+                        .unwrap_or(t.default_compressed_max_percent()) as u64,
                 max_slots,
-                t != crate::TierKind::Compressed,
-                cfg.store_incompressible,
+                t.has_writeback(),
+                cfg.store_incompressible.unwrap_or(true),
             )?),
         };
         let back_writes = cfg.tier != crate::TierKind::Compressed;

@@ -80,6 +80,31 @@ impl TierKind {
     pub fn is_remote(self) -> bool {
         matches!(self, TierKind::Remote | TierKind::CompressedRemote)
     }
+
+    /// Whether a compressed pool has a tier behind it to write back to.
+    pub fn has_writeback(self) -> bool {
+        matches!(self, TierKind::CompressedFile | TierKind::CompressedRemote)
+    }
+
+    /// The compressed pool's share of the budget, percent, when not set
+    /// (`PoolBuilder::compressed_max_percent`): 90 with a tier behind the pool, 50 with
+    /// none.
+    ///
+    /// With a tier behind, a page in the pool costs a fault ~15 us, one on the file a
+    /// read, and resident pages are kept in fault order (no accessed bits in user space),
+    /// so the budget holds most when most of it is pool: pmbench 80/20 4k, 1 GiB at
+    /// issue 12's equal memory (513 MiB), 48.3 k accesses/s at 90% against 43.8 k at 80%
+    /// and 36.6 k at 50% (that one passing poor pages on); at 256 MiB 90% and 80% alike,
+    /// 1.4x 50%; the 2 MiB streams no slower and writing ~12% fewer bytes
+    /// (docs/benchmarks.md). With no tier behind it, the share is all the pool can hold
+    /// and the rest of the budget is what stays resident of what does not fit.
+    pub fn default_compressed_max_percent(self) -> u32 {
+        if self.has_writeback() {
+            90
+        } else {
+            50
+        }
+    }
 }
 
 impl std::fmt::Display for TierKind {
@@ -198,8 +223,10 @@ pub struct PoolBuilder {
     pub(crate) fork_hooks: bool,
     pub(crate) tier: TierKind,
     pub(crate) compressor: Compressor,
-    pub(crate) compressed_max_percent: u32,
-    pub(crate) store_incompressible: bool,
+    /// None: `TierKind::default_compressed_max_percent`.
+    pub(crate) compressed_max_percent: Option<u32>,
+    /// None: stored where the pool has a tier behind it.
+    pub(crate) store_incompressible: Option<bool>,
     pub(crate) remote: Option<String>,
     pub(crate) inject: FaultInjection,
     pub(crate) encrypt: bool,
@@ -228,8 +255,8 @@ impl Default for PoolBuilder {
             fork_hooks: true,
             tier: TierKind::File,
             compressor: Compressor::Lz4,
-            compressed_max_percent: 50,
-            store_incompressible: false,
+            compressed_max_percent: None,
+            store_incompressible: None,
             remote: None,
             inject: FaultInjection::default(),
             encrypt: false,
@@ -358,26 +385,28 @@ impl PoolBuilder {
         self.compressor = c;
         self
     }
-    /// The compressed pool's share of the budget, in percent (1-90, default 50; like
-    /// zswap's max_pool_percent): past it, the oldest compressed pages are written back
-    /// to the file (`compressed+file`) or new ones are refused (`compressed`).
+    /// The compressed pool's share of the budget, in percent (1-90, like zswap's
+    /// max_pool_percent; default 90 with a tier behind the pool, 50 with none:
+    /// `TierKind::default_compressed_max_percent` says why): past it, the oldest
+    /// compressed pages are written back to the file (`compressed+file`) or new ones are
+    /// refused (`compressed`).
     pub fn compressed_max_percent(mut self, p: u32) -> Self {
-        self.compressed_max_percent = p.clamp(1, 90);
+        self.compressed_max_percent = Some(p.clamp(1, 90));
         self
     }
     /// Whether pages that compress poorly (over the accept threshold, 80%) are stored
     /// in the compressed pool as they are, uncompressed, where a tier is behind it, as
-    /// zswap does since Linux 6.18 (default off: such pages go straight to that tier).
-    /// Stored, a fault on one costs a copy from RAM, not a read from the file or the
-    /// cluster; they are stored only while the pool is under 7/8 of its share, and are
-    /// the first that writeback sends on. Either way each takes a page of the budget
-    /// while in RAM, so it pays where the pool has room to spare (pmbench 80/20 4k at
-    /// issue 12's equal memory with `compressed_max_percent(80)`: 1.11x the accesses)
-    /// and costs where the pool fills its share (the same at 50%: 0.92x; a raw page
-    /// takes the room of two or three compressed ones). With no tier behind the pool
-    /// (`TierKind::Compressed`) such pages stay resident.
+    /// zswap does since Linux 6.18 (default on; off, such pages go straight to that
+    /// tier, as zswap did before). Stored, a fault on one costs a copy from RAM, not a
+    /// read from the file or the cluster; they are stored only while the pool is under
+    /// 7/8 of its share, and are the first that writeback sends on. Either way each
+    /// takes a page of the budget while in RAM, so storing pays where the pool has room
+    /// (pmbench 80/20 4k at issue 12's equal memory, default share 90%: 1.33x the
+    /// accesses of passing them on) and costs where a small share binds (at 50%: 0.92x; a
+    /// raw page takes the room of two or three compressed ones). With no tier behind
+    /// the pool (`TierKind::Compressed`) such pages stay resident.
     pub fn store_incompressible(mut self, on: bool) -> Self {
-        self.store_incompressible = on;
+        self.store_incompressible = Some(on);
         self
     }
     /// Register the fork hooks (`prepare_fork`, `after_fork_*`) with `pthread_atfork`

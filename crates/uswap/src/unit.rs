@@ -148,7 +148,7 @@ pub(crate) fn swap_in_unit(
         if loc == Location::Packed {
             crate::tier::packed::fault(e, r, u, page, slots[i_fault], write);
         } else {
-            crate::tier::compressed::fault(e, r, u, page, slots[i_fault]);
+            crate::tier::compressed::fault(e, r, u, page, slots[i_fault], write);
         }
         r.last_whole_unit.store(unit_no, Relaxed);
         return true;

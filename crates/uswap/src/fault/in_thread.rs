@@ -273,7 +273,9 @@ fn fault(e: &Engine, r: &Arc<RegionInner>, page: u64, write: bool) -> bool {
             }
             Lookup::Miss => match e.tiers.meta.location(slot) {
                 Location::Back => read_in(e, r, &mut u, page, slot, write),
-                Location::Compressed => crate::tier::compressed::fault(e, r, &mut u, page, slot),
+                Location::Compressed => {
+                    crate::tier::compressed::fault(e, r, &mut u, page, slot, write)
+                }
                 Location::Packed => crate::tier::packed::fault(e, r, &mut u, page, slot, write),
                 Location::None => {
                     e.diag.internal(&format!(

@@ -9,7 +9,7 @@
 //! poison marker (its bytes are lost: SIGBUS on that page only).
 
 pub(crate) mod in_thread;
-mod swapin;
+pub(crate) mod swapin;
 
 pub(crate) use swapin::{complete_read, drop_entry, poison_page, verify_read};
 
@@ -243,7 +243,7 @@ fn zero_fill(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64, write: b
             .compare_exchange(page, page + n as u64, Relaxed, Relaxed)
             .is_ok()
         {
-            swapin::zeros_in_stream(r, page, n as u64);
+            swapin::unread_in_stream(r, page, n as u64);
         }
     }
 }

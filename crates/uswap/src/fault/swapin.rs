@@ -54,10 +54,7 @@ pub(super) fn swap_in(
                 readahead(e, r, u, page, slot, &mut reads);
                 queue_reads(e, ctx, reads);
             }
-            Location::Compressed => {
-                let _ = write; // the page comes back dirty either way
-                crate::tier::compressed::fault(e, r, u, page, slot);
-            }
+            Location::Compressed => crate::tier::compressed::fault(e, r, u, page, slot, write),
             Location::Packed => crate::tier::packed::fault(e, r, u, page, slot, write),
             Location::None => {
                 // Swapped with its bytes nowhere: an engine bug. SIGBUS beats zeros.
@@ -102,12 +99,13 @@ fn cache_hits(e: &Engine, r: &RegionInner, last: u64, n: u32, read_ahead: u32) {
     }
 }
 
-/// `n` pages from `first` that hold zeros were mapped in a stream (around a hit, or at their own
-/// fault): the readahead window had them in it but nothing to read, and they count
-/// as its hits, as the kernel's zero-filled swap-cache pages do. Else every window
-/// over zero pages looks partly wasted, and the window never grows (seq-read 4k
-/// with 22% zero pages: 5 pages per read instead of 500).
-pub(crate) fn zeros_in_stream(r: &RegionInner, first: u64, n: u64) {
+/// `n` pages from `first` that needed no read (they hold zeros, or were decompressed
+/// from the pool) were mapped in a stream (around a hit, or at their own fault): the
+/// readahead window had them in it but nothing to read, and they count as its hits, as
+/// the kernel's zero-filled swap-cache pages (and its zswap loads into the swap cache)
+/// do. Else every window over such pages looks partly wasted, and the window never
+/// grows (seq-read 4k with 22% zero pages: 5 pages per read instead of 500).
+pub(crate) fn unread_in_stream(r: &RegionInner, first: u64, n: u64) {
     if r.policy.readahead == ReadaheadPolicy::Vma {
         let mut ra = r.ra.lock().unwrap_or_else(|p| p.into_inner());
         // The stream's position moves past them, as a hit's does.
@@ -119,9 +117,10 @@ pub(crate) fn zeros_in_stream(r: &RegionInner, first: u64, n: u64) {
 }
 
 /// Fault-around (filemap's `do_fault_around`, for the swap cache) on a stream: when the
-/// page just mapped from the swap cache follows the last one so mapped, map the pages
-/// after it in its unit whose clean copies wait there too (read ahead), up to the first
-/// that does not. Each would otherwise take a fault of its own, a userfaultfd round trip
+/// page just mapped from the swap cache or the pool follows the last one so mapped, map
+/// the pages after it in its unit whose clean copies wait there too (read ahead), or
+/// that are in the pool (decompressed now, mapped dirty as every load from the pool),
+/// or hold zeros, up to the first that is none of these. Each would otherwise take a fault of its own, a userfaultfd round trip
 /// (seq-read 4k: 75 MB/s without, 420 with). Only on a stream: on random access
 /// (pmbench) mapping around every hit cost 5–17% of the accesses (2026-11-23, A/B), the
 /// pages mapped mostly unused. Counted as the hits they stand for, so that a stream's
@@ -131,20 +130,13 @@ pub(crate) fn zeros_in_stream(r: &RegionInner, first: u64, n: u64) {
 /// fault, a round trip of its own (swap-w-seq 4k: 256,935 such faults, 16.8 s of pass 2).
 /// Not while a unit read is in flight: its completion looks at every page's copy. Under
 /// the unit's lock.
-fn fault_around(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64, write: bool) {
-    let stream = r.cache_hit_next.swap(page + 1, Relaxed) == page;
-    if !stream {
-        r.around_win.store(0, Relaxed);
+pub(crate) fn fault_around(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64, write: bool) {
+    let Some(end) = around_end(r, page) else {
         return;
-    }
-    let win = (r.around_win.load(Relaxed) * 2).clamp(4, UNIT_PAGES as u32);
-    r.around_win.store(win, Relaxed);
+    };
     if u.unit_reads > 0 {
         return;
     }
-    let end = ((page / UNIT_PAGES as u64 + 1) * UNIT_PAGES as u64)
-        .min(page + 1 + win as u64)
-        .min(r.pages());
     // Runs of copies in the cache, and between them runs of pages that hold zeros
     // (evicted as zeros, or never written: the stream would fault on each next).
     let mut copies: Vec<(Slot, usize)> = Vec::new();
@@ -162,13 +154,21 @@ fn fault_around(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64, write
     while q < end {
         match u.get(q as usize % UNIT_PAGES) {
             PageState::Swapped(s) => {
-                let Some(en) = e.cache.remove_clean(s) else {
+                if let Some(en) = e.cache.remove_clean(s) {
+                    read_ahead += en.readahead as u32;
+                    copies.push((s, en.frame));
+                    q += 1;
+                    mapped += 1;
+                    continue;
+                }
+                flush(u, &mut copies, q, &mut read_ahead);
+                let n = crate::tier::compressed::load_run(e, r, u, q, end);
+                if n == 0 {
                     break;
-                };
-                read_ahead += en.readahead as u32;
-                copies.push((s, en.frame));
-                q += 1;
-                mapped += 1;
+                }
+                unread_in_stream(r, q, n);
+                q += n;
+                mapped += n;
             }
             PageState::Untouched => {
                 flush(u, &mut copies, q, &mut read_ahead);
@@ -181,7 +181,7 @@ fn fault_around(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64, write
                 if n == 0 || !super::map_zeros(e, r, u, q, n as usize, write) {
                     break;
                 }
-                zeros_in_stream(r, q, n);
+                unread_in_stream(r, q, n);
                 q += n;
                 mapped += n;
             }
@@ -193,6 +193,25 @@ fn fault_around(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64, write
         r.counters.fault_around.fetch_add(mapped, Relaxed);
         r.cache_hit_next.store(q, Relaxed);
     }
+}
+
+/// Where fault-around after `page` stops, if `page` was just mapped on a stream (it
+/// follows the last page mapped from the swap cache or the pool): the end of its unit,
+/// of the region, or of the stream's window, which doubles with each such fault from 4
+/// pages up to a unit. None, and the window starts again, off a stream. The caller
+/// moves `cache_hit_next` past what it maps.
+pub(crate) fn around_end(r: &RegionInner, page: u64) -> Option<u64> {
+    if r.cache_hit_next.swap(page + 1, Relaxed) != page {
+        r.around_win.store(0, Relaxed);
+        return None;
+    }
+    let win = (r.around_win.load(Relaxed) * 2).clamp(4, UNIT_PAGES as u32);
+    r.around_win.store(win, Relaxed);
+    Some(
+        ((page / UNIT_PAGES as u64 + 1) * UNIT_PAGES as u64)
+            .min(page + 1 + win as u64)
+            .min(r.pages()),
+    )
 }
 
 /// The bytes of `page` (swapped to `slot`) are lost: the program gets SIGBUS on it,

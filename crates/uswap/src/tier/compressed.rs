@@ -670,8 +670,17 @@ fn rejected(e: &Engine, c: &Compressed, r: &RegionInner, why: Reject, pages: u64
 }
 
 /// A fault on a page whose bytes are in the pool: decompress and map it (and with it
-/// the rest of a unit stored whole), dirty: the entry goes. Under the unit's lock.
-pub(crate) fn fault(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64, slot: Slot) {
+/// the rest of a unit stored whole, or on a stream the pages after it: fault-around),
+/// dirty: the entry goes. `write`: the access (fault-around maps copies from the swap
+/// cache as it). Under the unit's lock.
+pub(crate) fn fault(
+    e: &Engine,
+    r: &RegionInner,
+    u: &mut UnitPages,
+    page: u64,
+    slot: Slot,
+    write: bool,
+) {
     let Some(c) = e.tiers.compressed.as_ref() else {
         e.diag.internal(&format!(
             "slot {slot} is in a compressed tier this pool lacks"
@@ -698,6 +707,7 @@ pub(crate) fn fault(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64, s
             r.counters.minflt.fetch_add(1, Relaxed);
             map_loaded(e, c, r, u, &[(page, slot, frame)]);
             charge_pool(e, c);
+            crate::fault::swapin::fault_around(e, r, u, page, write);
         }
         None => {
             e.diag.internal(&format!(
@@ -706,6 +716,57 @@ pub(crate) fn fault(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64, s
             crate::fault::poison_page(e, r, u, page, slot);
         }
     }
+}
+
+/// Pages `first..end` of `r` (one unit's), as far as they are in the pool each as an
+/// entry of its own: decompressed and mapped dirty now, up to the first that is not,
+/// as many as the fault's room allows (`swapin::fault_around`, on a stream). Returns
+/// how many. Each would otherwise take a fault of its own, a userfaultfd round trip.
+/// Under the unit's lock.
+pub(crate) fn load_run(
+    e: &Engine,
+    r: &RegionInner,
+    u: &mut UnitPages,
+    first: u64,
+    end: u64,
+) -> u64 {
+    let Some(c) = e.tiers.compressed.as_ref() else {
+        return 0;
+    };
+    let want = end.saturating_sub(first);
+    let end = first + (e.budget.take_room(want as i64).max(0) as u64).min(want);
+    let mut loaded = Vec::new();
+    let mut q = first;
+    while q < end {
+        let PageState::Swapped(s) = u.get(q as usize % UNIT_PAGES) else {
+            break;
+        };
+        // (A unit's entry comes back whole on its own fault; a copy in the swap cache
+        // is on its way to the back tier.)
+        let Some((h, false)) = c.handle_of(s) else {
+            break;
+        };
+        if e.cache.get(s).is_some() {
+            break;
+        }
+        let Some(f) = e.frames.alloc_to_fill(crate::frames::Site::Compressed) else {
+            break;
+        };
+        if c.pool.load(h, e.frames.page_mut(f)).is_err() {
+            // Its own fault finds it damaged and says so.
+            e.frames.free(&e.zapper, &[f]);
+            break;
+        }
+        loaded.push((q, s, f));
+        q += 1;
+    }
+    if loaded.is_empty() {
+        return 0;
+    }
+    r.counters.zswpin.fetch_add(loaded.len() as u64, Relaxed);
+    map_loaded(e, c, r, u, &loaded);
+    charge_pool(e, c);
+    loaded.len() as u64
 }
 
 /// Map pages just decompressed into their frames, dirty, as copies from the cache
