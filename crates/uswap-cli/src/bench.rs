@@ -865,6 +865,8 @@ fn build_report(
         tier: on_uswap.then(|| tier.name().to_string()),
         compressor: compressed.then(|| args.tiers.compressor().to_string()),
         compressed_max_pct: compressed.then_some(args.tiers.compressed_max()),
+        incompressible: (on_uswap && tier.has_writeback())
+            .then(|| args.tiers.incompressible().name().to_string()),
         remote: (on_uswap && tier.is_remote())
             .then(|| args.tiers.remote.as_deref().map(crate::tier::redacted))
             .flatten(),

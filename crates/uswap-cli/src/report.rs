@@ -27,6 +27,10 @@ pub struct Report {
     /// With the compressed tier: the pool's share of the budget, percent.
     #[serde(default)]
     pub compressed_max_pct: Option<u32>,
+    /// With a compressed tier in front of another: what becomes of pages that compress
+    /// poorly (`store` or `pass`; reports from before this field passed them on).
+    #[serde(default)]
+    pub incompressible: Option<String>,
     /// With a remote tier: the cluster's seed nodes (without passwords).
     #[serde(default)]
     pub remote: Option<String>,
@@ -133,11 +137,14 @@ impl Report {
         let run = |k: &str| self.counters.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
         let size = |v: Option<u64>| v.map_or("-".to_string(), uswap::format_size);
         Some(format!(
-            "{compressor}, pool share {}% of the budget; at the end of the measured phases: \
+            "{compressor}, pool share {}% of the budget{}; at the end of the measured phases: \
              pool {}, stored {}, ratio {}; zswpout {} zswpin {} zswpwb {}; poor compression \
              {} (stored as they are at the end: {}), refused for a full pool {}; same-filled \
              pages {}",
             self.compressed_max_pct.unwrap_or(0),
+            self.incompressible
+                .as_deref()
+                .map_or(String::new(), |i| format!(", poor pages {i}")),
             size(end("zswap_pool_bytes")),
             size(end("zswap_stored_bytes")),
             self.zswap_ratio
@@ -354,6 +361,7 @@ mod tests {
             tier: None,
             compressor: None,
             compressed_max_pct: None,
+            incompressible: None,
             remote: None,
             zswap_ratio: None,
             size: 1 << 20,
