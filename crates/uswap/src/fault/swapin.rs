@@ -120,8 +120,8 @@ pub(crate) fn unread_in_stream(r: &RegionInner, first: u64, n: u64) {
 /// page just mapped from the swap cache or the pool follows the last one so mapped, map
 /// the pages after it in its unit whose clean copies wait there too (read ahead), or
 /// that are in the pool (decompressed now, mapped dirty as every load from the pool),
-/// or hold zeros, up to the first that is none of these. Each would otherwise take a fault of its own, a userfaultfd round trip
-/// (seq-read 4k: 75 MB/s without, 420 with). Only on a stream: on random access
+/// or hold zeros, up to the first that is none of these. Each would otherwise take a
+/// fault of its own, a userfaultfd round trip (seq-read 4k: 75 MB/s without, 420 with). Only on a stream: on random access
 /// (pmbench) mapping around every hit cost 5–17% of the accesses (2026-11-23, A/B), the
 /// pages mapped mostly unused. Counted as the hits they stand for, so that a stream's
 /// readahead window keeps growing. Mapped as the hit was: after a read, clean
@@ -200,7 +200,7 @@ pub(crate) fn fault_around(e: &Engine, r: &RegionInner, u: &mut UnitPages, page:
 /// of the region, or of the stream's window, which doubles with each such fault from 4
 /// pages up to a unit. None, and the window starts again, off a stream. The caller
 /// moves `cache_hit_next` past what it maps.
-pub(crate) fn around_end(r: &RegionInner, page: u64) -> Option<u64> {
+fn around_end(r: &RegionInner, page: u64) -> Option<u64> {
     if r.cache_hit_next.swap(page + 1, Relaxed) != page {
         r.around_win.store(0, Relaxed);
         return None;
