@@ -77,6 +77,10 @@ if command -v modprobe >/dev/null; then
 fi
 
 # --- Rust ------------------------------------------------------------------------------
+# Every target first, the C libraries (cdylibs) too, which `cargo test` does not build and
+# the tests that need them would otherwise build one by one; `cargo test` then reuses it all.
+say "cargo build --workspace --all-targets --release"
+cargo build --workspace --all-targets --release
 say "cargo test --workspace --release"
 cargo test --workspace --release
 
@@ -85,8 +89,11 @@ cargo test --workspace --release
 # of the venv instead of a fresh isolated one) and run its tests from the repository root,
 # where python/uswap, the sources, cannot shadow the installed package. pytest exits
 # non-zero on any failure and when it collects no test.
+# The wheel embeds libuswap_preload.so: the one built above (crates/uswap-py/build.rs
+# would otherwise build it a third time, in a target directory of its own).
 say "pip install ./python (the uswap Python package)"
-PATH="$PWD/$PY_VENV/bin:$PATH" "$PY_VENV/bin/python" -m pip install -q --disable-pip-version-check \
+USWAP_PRELOAD_SO="$PWD/target/release/libuswap_preload.so" PATH="$PWD/$PY_VENV/bin:$PATH" \
+  "$PY_VENV/bin/python" -m pip install -q --disable-pip-version-check \
   --no-build-isolation --force-reinstall --no-deps ./python
 say "pytest python/tests"
 "$PY_VENV/bin/python" -m pytest -p no:cacheprovider python/tests

@@ -3,7 +3,8 @@
 //! which embeds it, so that `python -m uswap run` works from the installed wheel alone.
 //!
 //! It runs a second cargo on the same workspace with its own target directory (the
-//! outer cargo holds a lock on the usual one) under OUT_DIR, stripped of debug info.
+//! outer cargo holds a lock on the usual one) under OUT_DIR, stripped of debug info;
+//! or, with `USWAP_PRELOAD_SO=PATH`, embeds that library, built already.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -11,6 +12,21 @@ use std::process::Command;
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     if std::env::var_os("CARGO_FEATURE_BUNDLE_PRELOAD").is_none() {
+        return;
+    }
+    // A library built already (scripts/test.sh passes the workspace's own, built just
+    // before): embedded as it is, instead of a third build of the engine's crates.
+    println!("cargo:rerun-if-env-changed=USWAP_PRELOAD_SO");
+    if let Some(given) = std::env::var_os("USWAP_PRELOAD_SO").filter(|p| !p.is_empty()) {
+        let given = PathBuf::from(given);
+        assert!(
+            given.is_file(),
+            "USWAP_PRELOAD_SO={} is not a file: build it first (cargo build --release -p \
+             uswap-preload), or unset USWAP_PRELOAD_SO to have it built here",
+            given.display()
+        );
+        println!("cargo:rerun-if-changed={}", given.display());
+        println!("cargo:rustc-env=USWAP_PRELOAD_SO={}", given.display());
         return;
     }
     let manifest_dir =

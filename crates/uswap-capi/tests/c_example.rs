@@ -1,9 +1,12 @@
 //! Build `examples/fill.c` against `include/uswap.h` and `libuswap.so`, run it: a
 //! 256 MiB region under a 64 MiB budget, filled and checksummed twice.
 //!
-//! `cargo test` does not build this package's cdylib for its own tests, so the test runs
-//! `cargo build -p uswap-capi` with its own profile and target directory first. Needs a
+//! `cargo test` does not build this package's cdylib for its own tests, so the test
+//! builds it first, with its own profile and target directory (`support::build_cdylibs`). Needs a
 //! C compiler (`cc`) and userfaultfd (root or vm.unprivileged_userfaultfd=1).
+
+#[path = "../../uswap/tests/support/mod.rs"]
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -19,23 +22,7 @@ fn profile_dir() -> PathBuf {
 
 fn build_lib() -> PathBuf {
     let dir = profile_dir();
-    let mut cmd = Command::new(env!("CARGO"));
-    cmd.args(["build", "--quiet", "-p", "uswap-capi", "--target-dir"])
-        .arg(dir.parent().expect("target dir"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"));
-    match dir.file_name().and_then(|n| n.to_str()) {
-        Some("debug") | None => {}
-        Some("release") => {
-            cmd.arg("--release");
-        }
-        Some(other) => {
-            cmd.args(["--profile", other]);
-        }
-    }
-    assert!(
-        cmd.status().expect("cargo build").success(),
-        "cargo build -p uswap-capi failed"
-    );
+    support::build_cdylibs(&dir);
     assert!(dir.join("libuswap.so").is_file());
     dir
 }

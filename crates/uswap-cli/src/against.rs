@@ -435,7 +435,13 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     let dir = kswap::swap_dir(args.swap_file.as_deref());
 
     let mut ks = if sides.contains(&Side::Kernel) {
-        Some(KernelSwap::setup(kind, &dir, swap_size, args.kernel_ssd)?)
+        Some(KernelSwap::setup(
+            kind,
+            &dir,
+            swap_size,
+            args.kernel_ssd,
+            args.kernel_page_cluster,
+        )?)
     } else {
         None
     };
@@ -462,8 +468,8 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     )];
     if let Some(k) = &ks {
         header.push(format!(
-            "kernel side: {} {} ({}) on {} in {} mode{}; memcg swappiness 60 / swap unlimited; \
-             THP {thp}",
+            "kernel side: {} {} ({}) on {} in {} mode{}; {}; memcg swappiness 60 / swap \
+             unlimited; THP {thp}",
             match kind {
                 Kind::Zram => "zram",
                 Kind::File => "swap file",
@@ -480,7 +486,8 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             },
             k.compressor()
                 .map(|c| format!(", compressor {c}"))
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            k.page_cluster_note()
         ));
     }
     header.push(format!(
@@ -572,6 +579,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         }
     }
     let mode = ks.as_ref().map(|k| k.mode()).unwrap_or("none");
+    let page_cluster = ks.as_ref().and_then(|k| k.page_cluster()).map(|p| p.0);
     let (area, area_size, device, compressor) = ks
         .as_ref()
         .map(|k| {
@@ -729,6 +737,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             "device": device,
             "mode": mode,
             "kernel_ssd": args.kernel_ssd,
+            "kernel_page_cluster": page_cluster,
             "compressor": compressor,
         },
         "kernel": side_json(Side::Kernel, &km, &kc),

@@ -498,6 +498,12 @@ pub struct BenchArgs {
     #[arg(long)]
     pub kernel_ssd: bool,
 
+    /// With --against: set vm.page-cluster (kernel swap readahead of 2^N pages) for the
+    /// comparison, restored afterwards [default: 0 against zram and zswap, as zram setups
+    /// ship it; the machine's own against kernel].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=10))]
+    pub kernel_page_cluster: Option<u32>,
+
     /// Run this invocation's work inside a fresh memory cgroup limited to SIZE (removed
     /// afterwards). Needs root.
     #[arg(long, value_name = "SIZE", value_parser = parse_size_arg)]
@@ -610,6 +616,9 @@ impl BenchArgs {
         }
         if self.kernel_ssd {
             a.push("--kernel-ssd".into());
+        }
+        if let Some(n) = self.kernel_page_cluster {
+            a.extend(["--kernel-page-cluster".to_string(), n.to_string()]);
         }
         if let Some(l) = self.cgroup_limit {
             a.extend(["--cgroup-limit".to_string(), l.to_string()]);
@@ -1118,6 +1127,8 @@ mod tests {
             "--repeat",
             "3",
             "--kernel-ssd",
+            "--kernel-page-cluster",
+            "1",
             "--cgroup-limit",
             "320M",
         ])

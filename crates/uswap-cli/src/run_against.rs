@@ -261,7 +261,7 @@ fn compare(args: &RunArgs) -> Result<i32, String> {
     let limit = args.budget + args.against_allowance;
     let repeat = args.repeat.max(1);
     let dir = kswap::swap_dir(args.swap_file.as_deref());
-    let mut ks = KernelSwap::setup(kind, &dir, args.against_swap, false)?;
+    let mut ks = KernelSwap::setup(kind, &dir, args.against_swap, false, None)?;
     let kernel_swap = json!({
         "kind": kind.name(),
         "area": ks.area().display().to_string(),
@@ -269,6 +269,7 @@ fn compare(args: &RunArgs) -> Result<i32, String> {
         "device": ks.device(),
         "mode": ks.mode(),
         "compressor": ks.compressor(),
+        "page_cluster": ks.page_cluster().map(|p| p.0),
     });
     eprintln!(
         "uswap run --against {}: {} run(s) per side, alternating; budget {} + {} allowance = \
@@ -282,7 +283,7 @@ fn compare(args: &RunArgs) -> Result<i32, String> {
         h.root.display()
     );
     eprintln!(
-        "kernel side: {} {} ({}) on {}, {} mode{}; memcg may swap; PROGRAM run directly",
+        "kernel side: {} {} ({}) on {}, {} mode{}; {}; memcg may swap; PROGRAM run directly",
         match kind {
             Kind::Zram => "zram",
             Kind::File => "swap file",
@@ -294,7 +295,8 @@ fn compare(args: &RunArgs) -> Result<i32, String> {
         ks.mode(),
         ks.compressor()
             .map(|c| format!(", compressor {c}"))
-            .unwrap_or_default()
+            .unwrap_or_default(),
+        ks.page_cluster_note()
     );
     eprintln!(
         "uswap side: kernel swap off, memcg may not swap; PROGRAM run {}",

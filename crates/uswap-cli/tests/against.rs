@@ -11,8 +11,7 @@
 //! back whatever was left ([`Machine`]'s drop).
 
 mod common;
-#[path = "../../uswap/tests/support/mod.rs"]
-mod support;
+use common::support;
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
@@ -32,6 +31,7 @@ fn bin() -> &'static str {
 const ZSWAP: &str = "/sys/module/zswap/parameters";
 const ZRAM0: &str = "/sys/block/zram0";
 const STATE_DIR: &str = "/run/uswap";
+const PAGE_CLUSTER: &str = "/proc/sys/vm/page-cluster";
 
 fn knob(p: &str) -> String {
     std::fs::read_to_string(p)
@@ -49,6 +49,7 @@ struct Leftovers {
     records: Vec<PathBuf>,
     zswap: (String, String),
     zram0: (String, String),
+    page_cluster: String,
 }
 
 fn list(dir: &str, pred: impl Fn(&str) -> bool) -> Vec<PathBuf> {
@@ -101,6 +102,7 @@ fn leftovers() -> Leftovers {
             knob(&format!("{ZRAM0}/initstate")),
             knob(&format!("{ZRAM0}/comp_algorithm")),
         ),
+        page_cluster: knob(PAGE_CLUSTER),
     }
 }
 
@@ -376,10 +378,29 @@ fn zram_against_cleans_up_zram() {
     assert_eq!(leftovers(), before, "something was left behind");
 }
 
+/// Sets a knob for the rest of a test, and puts the old value back when dropped.
+struct KnobSet(&'static str, String);
+
+impl KnobSet {
+    fn new(path: &'static str, value: &str) -> KnobSet {
+        let old = knob(path);
+        std::fs::write(path, value).unwrap_or_else(|e| panic!("write {value} to {path}: {e}"));
+        KnobSet(path, old)
+    }
+}
+
+impl Drop for KnobSet {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.0, &self.1);
+    }
+}
+
 #[test]
 fn zswap_against_runs_at_equal_memory() {
-    let m = machine();
-    let before = m.before();
+    let _m = machine();
+    // A value the comparison changes (to 0 by default) and must put back.
+    let _pc = KnobSet::new(PAGE_CLUSTER, "2");
+    let before = leftovers();
     let out = run_against(
         "swap-w-seq",
         "zswap",
@@ -390,6 +411,12 @@ fn zswap_against_runs_at_equal_memory() {
     );
     let (j, _) = ok_json(&out);
     check_both_sides(&j);
+    assert_eq!(
+        j["kernel_swap"]["kernel_page_cluster"].as_u64(),
+        Some(0),
+        "zswap's side runs without swap readahead by default: {}",
+        j["kernel_swap"]
+    );
     let r = &j["kernel"]["runs"][0];
     let pool = r["zswap_pool_max_bytes"].as_u64().expect("zswap's pool");
     assert!(pool > 0, "zswap stored nothing: {r}");

@@ -3,14 +3,13 @@
 //! peak RSS must stay under budget + 64 MiB.
 //!
 //! `cargo test` does not build the cdylib of another package, so the first test that
-//! needs `libuswap_preload.so` runs `cargo build -p uswap-preload` itself, with the same
-//! profile and target directory as this test, which puts the library next to the
-//! `uswap` binary where `uswap run` looks for it. The C programs are compiled with `cc`
+//! needs `libuswap_preload.so` runs `cargo build --workspace --all-targets` itself, with
+//! the same profile and target directory as this test, which puts the library next to
+//! the `uswap` binary where `uswap run` looks for it. The C programs are compiled with `cc`
 //! into CARGO_TARGET_TMPDIR. Needs userfaultfd (root or vm.unprivileged_userfaultfd=1).
 
 mod common;
-#[path = "../../uswap/tests/support/mod.rs"]
-mod support;
+use common::support;
 
 use common::{cprog, preload, run_with_deadline, tmpdir, uswap_exe};
 

@@ -308,28 +308,10 @@ fn help_teaches_the_tiers() {
     }
 }
 
-/// Build libuswap_preload.so next to the `uswap` binary (where `uswap run` finds it).
-fn build_preload() {
-    let profile_dir = uswap_exe().parent().expect("profile dir");
-    let mut cmd = Command::new(env!("CARGO"));
-    cmd.args(["build", "--quiet", "-p", "uswap-preload", "--target-dir"])
-        .arg(profile_dir.parent().expect("target dir"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"));
-    match profile_dir.file_name().and_then(|n| n.to_str()) {
-        Some("release") => {
-            cmd.arg("--release");
-        }
-        Some("debug") | None => {}
-        Some(other) => {
-            cmd.args(["--profile", other]);
-        }
-    }
-    assert!(cmd.status().expect("cargo build").success());
-}
-
 #[test]
 fn run_with_the_compressed_tier_keeps_a_c_programs_data() {
-    build_preload();
+    // Built next to the `uswap` binary, where `uswap run` finds it.
+    common::preload();
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
     let exe = dir.join(format!("zfill-{}", std::process::id()));
     let st = Command::new("cc")

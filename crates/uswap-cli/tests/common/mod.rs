@@ -4,6 +4,9 @@
 // Each test file uses some of these.
 #![allow(dead_code)]
 
+#[path = "../../../uswap/tests/support/mod.rs"]
+pub mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
@@ -18,23 +21,7 @@ pub fn preload() -> &'static Path {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| {
         let profile_dir = uswap_exe().parent().expect("profile dir");
-        let target_dir = profile_dir.parent().expect("target dir");
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.args(["build", "--quiet", "-p", "uswap-preload", "--target-dir"])
-            .arg(target_dir)
-            .current_dir(env!("CARGO_MANIFEST_DIR"));
-        match profile_dir.file_name().and_then(|n| n.to_str()) {
-            Some("debug") => {}
-            Some("release") => {
-                cmd.arg("--release");
-            }
-            Some(other) => {
-                cmd.args(["--profile", other]);
-            }
-            None => {}
-        }
-        let st = cmd.status().expect("run cargo build -p uswap-preload");
-        assert!(st.success(), "cargo build -p uswap-preload failed");
+        support::build_cdylibs(profile_dir);
         let lib = profile_dir.join("libuswap_preload.so");
         assert!(lib.is_file(), "{} missing after the build", lib.display());
         lib

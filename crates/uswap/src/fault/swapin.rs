@@ -162,13 +162,14 @@ pub(crate) fn fault_around(e: &Engine, r: &RegionInner, u: &mut UnitPages, page:
                     continue;
                 }
                 flush(u, &mut copies, q, &mut read_ahead);
-                let n = crate::tier::compressed::load_run(e, r, u, q, end);
-                if n == 0 {
+                let (n, in_place) = crate::tier::compressed::load_run(e, r, u, q, end);
+                mapped += in_place;
+                // None, or a copy failed to map (memory is short): no further.
+                if n == 0 || in_place < n {
                     break;
                 }
                 unread_in_stream(r, q, n);
                 q += n;
-                mapped += n;
             }
             PageState::Untouched => {
                 flush(u, &mut copies, q, &mut read_ahead);

@@ -724,9 +724,9 @@ pub(crate) fn fault(
                 crate::fault::poison_page(e, r, u, page, slot);
                 return;
             }
-            r.counters.zswpin.fetch_add(1, Relaxed);
             r.counters.minflt.fetch_add(1, Relaxed);
-            map_loaded(e, c, r, u, &[(page, slot, frame)]);
+            let mapped = map_loaded(e, c, r, u, &[(page, slot, frame)]);
+            r.counters.zswpin.fetch_add(mapped, Relaxed);
             charge_pool(e, c);
             crate::fault::swapin::fault_around(e, r, u, page, write);
         }
@@ -742,17 +742,18 @@ pub(crate) fn fault(
 /// Pages `first..end` of `r` (one unit's), as far as they are in the pool each as an
 /// entry of its own: decompressed and mapped dirty now, up to the first that is not,
 /// as many as the fault's room allows (`swapin::fault_around`, on a stream). Returns
-/// how many. Each would otherwise take a fault of its own, a userfaultfd round trip.
-/// Under the unit's lock.
+/// how many were decompressed (from `first` on) and how many of those were mapped (a
+/// page whose copy failed to map stays swapped, for its own fault). Each would
+/// otherwise take a fault of its own, a userfaultfd round trip. Under the unit's lock.
 pub(crate) fn load_run(
     e: &Engine,
     r: &RegionInner,
     u: &mut UnitPages,
     first: u64,
     end: u64,
-) -> u64 {
+) -> (u64, u64) {
     let Some(c) = e.tiers.compressed.as_ref() else {
-        return 0;
+        return (0, 0);
     };
     // The run first, then room for it: room taken for pages that are not there would
     // hold other faults and reclaim's goal off until this fault ends.
@@ -785,26 +786,31 @@ pub(crate) fn load_run(
         loaded.push((q, s, f));
     }
     if loaded.is_empty() {
-        return 0;
+        return (0, 0);
     }
-    r.counters.zswpin.fetch_add(loaded.len() as u64, Relaxed);
-    map_loaded(e, c, r, u, &loaded);
+    let mapped = map_loaded(e, c, r, u, &loaded);
+    r.counters.zswpin.fetch_add(mapped, Relaxed);
     charge_pool(e, c);
-    loaded.len() as u64
+    (loaded.len() as u64, mapped)
 }
 
 /// Map pages just decompressed into their frames, dirty, as copies from the cache
 /// (the mapping drops each slot's cache reference and applies the stale-slot policy
-/// to it); then `drop_mapped`.
+/// to it); then `drop_mapped`. Returns how many were mapped: a page whose copy failed
+/// to map stays swapped, and is loaded (and counted) again by its retrying fault.
 fn map_loaded(
     e: &Engine,
     c: &Compressed,
     r: &RegionInner,
     u: &mut UnitPages,
     loaded: &[(u64, Slot, usize)],
-) {
+) -> u64 {
     map_copies_dirty(e, r, u, loaded);
     drop_mapped(e, c, u, loaded.iter().map(|&(p, s, _)| (p, s)));
+    loaded
+        .iter()
+        .filter(|&&(p, s, _)| u.get(p as usize % UNIT_PAGES) != PageState::Swapped(s))
+        .count() as u64
 }
 
 /// The compressed entries of pages just mapped go (zswap's exclusive load: the page is

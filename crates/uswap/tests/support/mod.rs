@@ -8,6 +8,40 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// Build the workspace's C libraries (`libuswap_preload.so`, `libuswap.so`) into
+/// `profile_dir` (target/<profile>, the test binary's), which `cargo test` does not do.
+///
+/// The whole workspace with every target, so that features resolve as for `cargo test
+/// --workspace` and that build's artifacts are reused: this then only links the libraries.
+/// `-p uswap-preload` or `-p uswap-capi` alone resolves libc, memchr, syn ... with fewer
+/// features and built ~120 crates again (~100 s of the first such test on 2 vCPUs).
+pub fn build_cdylibs(profile_dir: &Path) {
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.args([
+        "build",
+        "--quiet",
+        "--workspace",
+        "--all-targets",
+        "--target-dir",
+    ])
+    .arg(profile_dir.parent().expect("target/<profile> has a parent"))
+    .current_dir(env!("CARGO_MANIFEST_DIR"));
+    match profile_dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") | None => {}
+        Some("release") => {
+            cmd.arg("--release");
+        }
+        Some(other) => {
+            cmd.args(["--profile", other]);
+        }
+    }
+    let st = cmd.status().expect("run cargo build for the C libraries");
+    assert!(
+        st.success(),
+        "cargo build of the workspace's C libraries failed"
+    );
+}
+
 /// Run a system command; panic with its output when it fails.
 pub fn sh(cmd: &str, args: &[&str]) -> String {
     let out = Command::new(cmd)
