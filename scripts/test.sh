@@ -38,6 +38,7 @@ fi
 # static C, Java, Node, Go): a test whose toolchain is missing fails, it never skips.
 need_tool() { command -v "$1" >/dev/null 2>&1 || add_apt "${@:2}"; }
 need_tool cc gcc libc6-dev
+need_tool objcopy binutils   # strips the preload library the Python wheel embeds
 [ -e /usr/lib/x86_64-linux-gnu/libc.a ] || [ -e /usr/lib/aarch64-linux-gnu/libc.a ] || add_apt libc6-dev
 need_tool javac default-jdk-headless
 need_tool node nodejs
@@ -78,9 +79,11 @@ fi
 
 # --- Rust ------------------------------------------------------------------------------
 # Every target first, the C libraries (cdylibs) too, which `cargo test` does not build and
-# the tests that need them would otherwise build one by one; `cargo test` then reuses it all.
+# the tests that need them would otherwise build one by one (the same command as
+# `build_cdylibs` in crates/uswap/tests/support); `cargo test` then reuses it all. The
+# Python module as an extension module, as maturin builds it: no libpython to link.
 say "cargo build --workspace --all-targets --release"
-cargo build --workspace --all-targets --release
+cargo build --workspace --all-targets --release --features uswap-py/extension-module
 say "cargo test --workspace --release"
 cargo test --workspace --release
 
@@ -89,10 +92,12 @@ cargo test --workspace --release
 # of the venv instead of a fresh isolated one) and run its tests from the repository root,
 # where python/uswap, the sources, cannot shadow the installed package. pytest exits
 # non-zero on any failure and when it collects no test.
-# The wheel embeds libuswap_preload.so: the one built above (crates/uswap-py/build.rs
-# would otherwise build it a third time, in a target directory of its own).
+# The wheel embeds libuswap_preload.so: the one built above, without its debug info as
+# a release wheel has it (crates/uswap-py/build.rs would otherwise build it a third time,
+# in a target directory of its own).
 say "pip install ./python (the uswap Python package)"
-USWAP_PRELOAD_SO="$PWD/target/release/libuswap_preload.so" PATH="$PWD/$PY_VENV/bin:$PATH" \
+objcopy --strip-debug target/release/libuswap_preload.so target/libuswap_preload-wheel.so
+USWAP_PRELOAD_SO="$PWD/target/libuswap_preload-wheel.so" PATH="$PWD/$PY_VENV/bin:$PATH" \
   "$PY_VENV/bin/python" -m pip install -q --disable-pip-version-check \
   --no-build-isolation --force-reinstall --no-deps ./python
 say "pytest python/tests"

@@ -18,7 +18,10 @@ fn main() {
     // before): embedded as it is, instead of a third build of the engine's crates.
     println!("cargo:rerun-if-env-changed=USWAP_PRELOAD_SO");
     if let Some(given) = std::env::var_os("USWAP_PRELOAD_SO").filter(|p| !p.is_empty()) {
-        let given = PathBuf::from(given);
+        // Absolute: `include_bytes!` would read a relative path from src/.
+        let given = std::fs::canonicalize(&given).unwrap_or_else(|e| {
+            panic!("USWAP_PRELOAD_SO={}: {e}", PathBuf::from(&given).display())
+        });
         assert!(
             given.is_file(),
             "USWAP_PRELOAD_SO={} is not a file: build it first (cargo build --release -p \
@@ -27,6 +30,10 @@ fn main() {
         );
         println!("cargo:rerun-if-changed={}", given.display());
         println!("cargo:rustc-env=USWAP_PRELOAD_SO={}", given.display());
+        println!(
+            "cargo:warning=embedding {} (USWAP_PRELOAD_SO)",
+            given.display()
+        );
         return;
     }
     let manifest_dir =

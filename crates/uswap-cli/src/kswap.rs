@@ -444,8 +444,8 @@ impl KernelSwap {
         if !dir.exists() {
             return Err("this kernel has no zswap (/sys/module/zswap missing)".into());
         }
-        if self.set_knob(&dir.join("compressor"), "lz4").is_err() {
-            eprintln!("uswap: zswap: lz4 not available, keeping the configured compressor");
+        if let Err(e) = self.set_knob(&dir.join("compressor"), "lz4") {
+            eprintln!("uswap: zswap: cannot choose lz4 ({e}); keeping the configured compressor");
         }
         self.zswap_compressor = read_knob(&dir.join("compressor")).ok();
         self.set_knob(&dir.join("enabled"), "Y").map(drop)
@@ -455,12 +455,18 @@ impl KernelSwap {
     /// its teardown, and here, for the teardown); returns the old value.
     fn set_knob(&mut self, path: &Path, value: &str) -> Result<String, String> {
         let old = read_knob(path)?;
-        ledger::note(Change::Knob {
+        let change = Change::Knob {
             path: path.to_path_buf(),
             old: old.clone(),
-        })?;
+        };
+        ledger::note(change.clone())?;
+        if let Err(e) = write_knob(path, value) {
+            // Nothing changed: nothing to put back (a record left would make every
+            // later run fail to restore a knob it cannot write).
+            ledger::undone(&change);
+            return Err(e);
+        }
         self.saved_knobs.push((path.to_path_buf(), old.clone()));
-        write_knob(path, value)?;
         Ok(old)
     }
 

@@ -269,7 +269,7 @@ fn compare(args: &RunArgs) -> Result<i32, String> {
         "device": ks.device(),
         "mode": ks.mode(),
         "compressor": ks.compressor(),
-        "page_cluster": ks.page_cluster().map(|p| p.0),
+        "kernel_page_cluster": ks.page_cluster().map(|p| p.0),
     });
     eprintln!(
         "uswap run --against {}: {} run(s) per side, alternating; budget {} + {} allowance = \

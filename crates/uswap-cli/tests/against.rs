@@ -179,6 +179,7 @@ impl Drop for Machine {
         }
         let _ = std::fs::write(format!("{ZSWAP}/enabled"), &self.before.zswap.0);
         let _ = std::fs::write(format!("{ZSWAP}/compressor"), &self.before.zswap.1);
+        let _ = std::fs::write(PAGE_CLUSTER, &self.before.page_cluster);
         if self.before.zram0.0 == "0" && zram_in_use() {
             let _ = std::fs::write(format!("{ZRAM0}/reset"), "1");
         }

@@ -171,7 +171,7 @@ counters! {
     poisoned,
     /// Pages stored in the compressed tier (zswap's zswpout).
     zswpout,
-    /// Pages loaded from the compressed tier (zswap's zswpin).
+    /// Pages brought back from the compressed tier and mapped (zswap's zswpin).
     zswpin,
     /// Pages written back from the compressed tier to the back tier (zswap's zswpwb).
     zswpwb,

@@ -15,17 +15,35 @@ use std::process::Command;
 /// --workspace` and that build's artifacts are reused: this then only links the libraries.
 /// `-p uswap-preload` or `-p uswap-capi` alone resolves libc, memchr, syn ... with fewer
 /// features and built ~120 crates again (~100 s of the first such test on 2 vCPUs).
+/// The Python module comes along, as an extension module (as maturin builds it), which
+/// leaves libpython's symbols to the interpreter: no libpython needed to link it.
+/// scripts/test.sh builds the same before `cargo test`.
 pub fn build_cdylibs(profile_dir: &Path) {
     let mut cmd = Command::new(env!("CARGO"));
-    cmd.args([
-        "build",
-        "--quiet",
-        "--workspace",
-        "--all-targets",
-        "--target-dir",
-    ])
-    .arg(profile_dir.parent().expect("target/<profile> has a parent"))
-    .current_dir(env!("CARGO_MANIFEST_DIR"));
+    // What `cargo test` sets for this test binary is not the build's: inherited, it
+    // reads as changed (`ring`: "the env variable CARGO_MANIFEST_DIR changed") and
+    // rebuilds ring and everything above it (~200 s).
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if k.starts_with("CARGO_PKG_")
+            || k.starts_with("CARGO_BIN_")
+            || [
+                "CARGO_MANIFEST_DIR",
+                "CARGO_MANIFEST_PATH",
+                "CARGO_CRATE_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "CARGO_RUSTC_CURRENT_DIR",
+            ]
+            .contains(&k.as_ref())
+        {
+            cmd.env_remove(k.as_ref());
+        }
+    }
+    cmd.args(["build", "--quiet", "--workspace", "--all-targets"])
+        .args(["--features", "uswap-py/extension-module", "--target-dir"])
+        .arg(profile_dir.parent().expect("target/<profile> has a parent"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
     match profile_dir.file_name().and_then(|n| n.to_str()) {
         Some("debug") | None => {}
         Some("release") => {
