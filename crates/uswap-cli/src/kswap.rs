@@ -310,7 +310,7 @@ const PAGE_CLUSTER: &str = "/proc/sys/vm/page-cluster";
 /// room in the memory cgroup and saves no seek. At the default 3, pmbench 4k over 1 GiB
 /// in a 320 MiB memcg with zswap was OOM-killed in 8 runs of 8 (2026-11-27: 268 MB of its
 /// 320 MiB held by the swap cache); at 0 it ran. A swap file alone keeps the machine's.
-pub fn default_page_cluster(kind: Kind) -> Option<u32> {
+fn default_page_cluster(kind: Kind) -> Option<u32> {
     match kind {
         Kind::Zram | Kind::Zswap => Some(0),
         Kind::File => None,
