@@ -18,8 +18,9 @@
 //! copy of region page *i* at shadow page *i*, and lost data exactly there), and no
 //! request ever points at memory that a region unmap could hand to a new mapping.
 //!
-//! A few frames given back are kept populated (`warm`) for the next read or
-//! decompression, which overwrites a frame whole: a frame zapped when given back
+//! A few 4 KiB frames that reads and decompressions gave back are kept populated
+//! (`warm`) for the next one, which overwrites a frame whole (frames eviction gives
+//! back are zapped in its batches: `Site::fills`): a frame zapped when given back
 //! costs a `process_madvise` (with a TLB flush across the process's vCPUs) and, at
 //! its next use, a kernel fault that allocates, zeroes and charges a page, on the
 //! path of every swap-in. For a 2 MiB frame that fault zeroes a THP: on this VM,
@@ -193,6 +194,21 @@ pub(crate) enum Site {
 }
 
 impl Site {
+    /// Whether a frame taken here was filled whole by a read or a decompression
+    /// (`alloc_to_fill`), so that, given back, it may stay warm for the next fill:
+    /// fills then recycle their own frames one for one on the fault path. Frames
+    /// given back by eviction and writeback are zapped in the reclaim thread's batches
+    /// instead: when they refilled the stash, the fault path found it full when it
+    /// gave its frame back and zapped it there, a `process_madvise` with a TLB flush
+    /// on every swap-in (pmbench 4k `compressed+file` in the faulting thread: 4.8% of
+    /// its samples, docs/benchmarks.md).
+    fn fills(self) -> bool {
+        matches!(
+            self,
+            Site::SwapIn | Site::Readahead | Site::InThread | Site::UnitRead | Site::Compressed
+        )
+    }
+
     const ALL: [Site; 12] = [
         Site::SwapIn,
         Site::Readahead,
@@ -354,6 +370,12 @@ impl Frames {
         self.alloc_one(site)
     }
 
+    /// Who took 4 KiB frame `i`.
+    fn site_of(&self, i: usize) -> Option<Site> {
+        let v = self.small_site[i].load(Relaxed);
+        Site::ALL.into_iter().find(|&s| s as u8 == v)
+    }
+
     /// Whether 4 KiB frame `i` is kept warm (given back).
     fn is_warm(&self, i: usize) -> bool {
         self.small_site[i].load(Relaxed) == Site::Warm as u8
@@ -469,7 +491,7 @@ impl Frames {
                     self.double_frees.fetch_add(1, Relaxed);
                     continue;
                 }
-                if w.len() < self.warm_cap {
+                if w.len() < self.warm_cap && self.site_of(i).is_some_and(Site::fills) {
                     // A frame free in the bitmap is given back twice: kept warm, it
                     // could go to a read and to eviction at once. (Past the stash,
                     // `release` counts it.)
@@ -778,9 +800,10 @@ mod tests {
         assert_eq!(b.free, 0);
     }
 
-    /// A frame given back stays populated for the next read, never for eviction (a
-    /// UFFDIO_MOVE destination must be empty); past the stash's room frames are zapped;
-    /// every way of giving a frame back twice is counted.
+    /// A frame a read filled, given back, stays populated for the next read, never for
+    /// eviction (a UFFDIO_MOVE destination must be empty); frames eviction gives back,
+    /// and fills past the stash's room, are zapped; every way of giving a frame back
+    /// twice is counted.
     #[test]
     fn warm_frames_serve_reads_only() {
         let f = Frames::with_warm(64 << 20, 32, 0).expect("arenas");
@@ -812,24 +835,35 @@ mod tests {
             1,
             "still warm, still used in the bitmap"
         );
-        // Past its room, frames given back are zapped and go back to the bitmap.
+        // Frames given back by eviction are zapped even while the stash has room: it
+        // is the fills' own, recycled one for one on the fault path.
         let frames: Vec<usize> = runs
             .iter()
             .flat_map(|&(b, len)| (0..len).map(move |k| b + k * PAGE_SIZE))
-            .take(40)
+            .take(48)
             .collect();
         for &fr in &frames {
             f.page_mut(fr).fill(0xa5);
         }
-        f.free(&z, &frames);
+        f.free(&z, &frames[40..]);
+        assert_eq!(f.warm_list().len(), 1);
+        assert_eq!(f.small.map().free, 8);
+        for &fr in &frames[40..] {
+            assert!(f.page(fr).iter().all(|&b| b == 0), "an evicted frame kept");
+        }
+        // Past its room, fill frames given back are zapped and go back to the bitmap.
+        for &fr in &frames[..40] {
+            f.retag(fr, Site::SwapIn);
+        }
+        f.free(&z, &frames[..40]);
         assert_eq!(f.warm_list().len(), 32);
-        assert_eq!(f.small.map().free, 9);
-        for &fr in &frames[31..] {
+        assert_eq!(f.small.map().free, 8 + 9);
+        for &fr in &frames[31..40] {
             assert!(f.page(fr).iter().all(|&b| b == 0), "not zapped");
         }
         // A frame free in the bitmap given back again is counted, not kept warm.
         f.warm_list().pop();
-        f.free(&z, &frames[39..]);
+        f.free(&z, &frames[39..40]);
         assert_eq!(f.double_frees.load(Relaxed), 3);
         assert_eq!(f.warm_list().len(), 31);
         // After a fork the child's frames are all free and empty.

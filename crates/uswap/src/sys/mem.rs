@@ -4,7 +4,7 @@ use crate::error::{Error, Result};
 use crate::{PAGE_SIZE, UNIT_SIZE};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock};
 
 /// Map `len` bytes of anonymous private memory aligned to 2 MiB (no reserve), with
 /// THP advice (`huge`: MADV_HUGEPAGE, else MADV_NOHUGEPAGE).
@@ -114,14 +114,17 @@ pub(crate) fn populate_write(addr: usize, len: usize) -> bool {
 /// for up to 1024 ranges (512 scattered pages: 0.3-0.7 ms against 2.5-5.8 ms with
 /// one madvise each), one madvise each where the kernel refuses it.
 pub(crate) struct Zapper {
-    pidfd: Mutex<Option<OwnedFd>>,
+    /// Read-locked across each call: the reclaim thread's batch of a thousand ranges
+    /// (TLB flushes across the vCPUs) must not hold a faulting thread's one range
+    /// back; only `reopen` after a fork writes it.
+    pidfd: RwLock<Option<OwnedFd>>,
     batched: AtomicBool,
 }
 
 impl Zapper {
     pub(crate) fn new() -> Zapper {
         let z = Zapper {
-            pidfd: Mutex::new(None),
+            pidfd: RwLock::new(None),
             batched: AtomicBool::new(true),
         };
         z.reopen();
@@ -136,7 +139,7 @@ impl Zapper {
             // SAFETY: a fresh fd owned by nobody else.
             unsafe { OwnedFd::from_raw_fd(fd as RawFd) }
         });
-        *self.pidfd.lock().unwrap_or_else(|p| p.into_inner()) = fd;
+        *self.pidfd.write().unwrap_or_else(|p| p.into_inner()) = fd;
     }
 
     /// MADV_DONTNEED on every `(addr, len)`.
@@ -153,7 +156,7 @@ impl Zapper {
     }
 
     fn zap_batched(&self, chunk: &[(usize, usize)]) -> bool {
-        let g = self.pidfd.lock().unwrap_or_else(|p| p.into_inner());
+        let g = self.pidfd.read().unwrap_or_else(|p| p.into_inner());
         let Some(pidfd) = g.as_ref() else {
             return false;
         };
