@@ -18,9 +18,10 @@
 //! copy of region page *i* at shadow page *i*, and lost data exactly there), and no
 //! request ever points at memory that a region unmap could hand to a new mapping.
 //!
-//! A few 4 KiB frames that reads and decompressions gave back are kept populated
-//! (`warm`) for the next one, which overwrites a frame whole (frames eviction gives
-//! back are zapped in its batches: `Site::fills`): a frame zapped when given back
+//! A few 4 KiB frames whose copies a fault has just mapped are kept populated (`warm`)
+//! for the next read or decompression, which overwrites a frame whole (every other
+//! frame is zapped by whoever gives it back: `Frames::free_mapped`): a frame zapped
+//! when given back
 //! costs a `process_madvise` (with a TLB flush across the process's vCPUs) and, at
 //! its next use, a kernel fault that allocates, zeroes and charges a page, on the
 //! path of every swap-in. For a 2 MiB frame that fault zeroes a THP: on this VM,
@@ -194,21 +195,6 @@ pub(crate) enum Site {
 }
 
 impl Site {
-    /// Whether a frame taken here was filled whole by a read or a decompression
-    /// (`alloc_to_fill`), so that, given back, it may stay warm for the next fill:
-    /// fills then recycle their own frames one for one on the fault path. Frames
-    /// given back by eviction and writeback are zapped in the reclaim thread's batches
-    /// instead: when they refilled the stash, the fault path found it full when it
-    /// gave its frame back and zapped it there, a `process_madvise` with a TLB flush
-    /// on every swap-in (pmbench 4k `compressed+file` in the faulting thread: 4.8% of
-    /// its samples, docs/benchmarks.md).
-    fn fills(self) -> bool {
-        matches!(
-            self,
-            Site::SwapIn | Site::Readahead | Site::InThread | Site::UnitRead | Site::Compressed
-        )
-    }
-
     const ALL: [Site; 12] = [
         Site::SwapIn,
         Site::Readahead,
@@ -370,12 +356,6 @@ impl Frames {
         self.alloc_one(site)
     }
 
-    /// Who took 4 KiB frame `i`.
-    fn site_of(&self, i: usize) -> Option<Site> {
-        let v = self.small_site[i].load(Relaxed);
-        Site::ALL.into_iter().find(|&s| s as u8 == v)
-    }
-
     /// Whether 4 KiB frame `i` is kept warm (given back).
     fn is_warm(&self, i: usize) -> bool {
         self.small_site[i].load(Relaxed) == Site::Warm as u8
@@ -475,34 +455,54 @@ impl Frames {
     }
 
     /// Give back the frames of `pages` (addresses of 4 KiB pages, each owned by the
-    /// caller): kept warm while there is room (for reads only), else zapped first, so
-    /// that a frame `alloc` hands out again is empty (UFFDIO_MOVE refuses a
-    /// destination that is not). A page of a 2 MiB frame gives back only its share:
-    /// the frame goes when its last page does.
+    /// caller), zapped first, so that a frame `alloc` hands out again is empty
+    /// (UFFDIO_MOVE refuses a destination that is not). A page of a 2 MiB frame gives
+    /// back only its share: the frame goes when its last page does (kept warm for the
+    /// next unit fill while that stash has room).
     pub(crate) fn free(&self, zapper: &Zapper, pages: &[usize]) {
+        self.give_back(zapper, pages, false);
+    }
+
+    /// [`Frames::free`] for frames whose copies a fault has just mapped into their
+    /// region: a 4 KiB one stays warm for the next read or decompression while the
+    /// stash has room, so that fills recycle their own frames one for one. Only these
+    /// do: when eviction's frames refilled the stash too, the faulting thread found it
+    /// full as it gave its frame back and zapped it there, a `process_madvise` with a
+    /// TLB flush on every swap-in (pmbench 4k `compressed+file` in the faulting
+    /// thread: 5% of its samples; docs/benchmarks.md, 2026-11-28). Every other frame is
+    /// zapped by whoever gives it back, in its batch.
+    pub(crate) fn free_mapped(&self, zapper: &Zapper, pages: &[usize]) {
+        self.give_back(zapper, pages, true);
+    }
+
+    fn give_back(&self, zapper: &Zapper, pages: &[usize], keep_warm: bool) {
         let mut zap: Vec<(usize, usize)> = Vec::new();
         let mut small: Vec<usize> = Vec::new();
         let mut huge: Vec<usize> = Vec::new();
-        let mut warm = (self.warm_cap > 0).then(|| self.warm_list());
+        let mut warm = (keep_warm && self.warm_cap > 0).then(|| self.warm_list());
         for &a in pages {
-            if let Some(w) = warm.as_mut().filter(|_| self.small.contains(a)) {
+            if self.small.contains(a) {
                 let i = self.small.index(a);
-                if self.is_warm(i) {
+                // Given back twice (kept warm, or free in the bitmap): kept warm it
+                // could go to a read and to eviction at once; zapped, it could take a
+                // page just moved into it by its next owner.
+                if self.is_warm(i) || !self.small.map().is_used(i) {
                     self.double_frees.fetch_add(1, Relaxed);
                     continue;
                 }
-                if w.len() < self.warm_cap && self.site_of(i).is_some_and(Site::fills) {
-                    // A frame free in the bitmap is given back twice: kept warm, it
-                    // could go to a read and to eviction at once. (Past the stash,
-                    // `release` counts it.)
-                    if !self.small.map().is_used(i) {
-                        self.double_frees.fetch_add(1, Relaxed);
-                        continue;
-                    }
+                if let Some(w) = warm.as_mut().filter(|w| w.len() < self.warm_cap) {
                     self.small_site[i].store(Site::Warm as u8, Relaxed);
                     w.push(a);
                     continue;
                 }
+                match zap.last_mut() {
+                    Some(last) if last.0 + last.1 == a && !self.huge.contains(last.0) => {
+                        last.1 += PAGE_SIZE
+                    }
+                    _ => zap.push((a, PAGE_SIZE)),
+                }
+                small.push(i);
+                continue;
             }
             if self.huge.contains(a) {
                 let i = self.huge.index(a);
@@ -527,14 +527,6 @@ impl Frames {
                     zap.push((self.huge.base + i * UNIT_SIZE, UNIT_SIZE));
                     huge.push(i);
                 }
-            } else if self.small.contains(a) {
-                match zap.last_mut() {
-                    Some(last) if last.0 + last.1 == a && !self.huge.contains(last.0) => {
-                        last.1 += PAGE_SIZE
-                    }
-                    _ => zap.push((a, PAGE_SIZE)),
-                }
-                small.push(self.small.index(a));
             }
         }
         drop(warm);
@@ -800,10 +792,10 @@ mod tests {
         assert_eq!(b.free, 0);
     }
 
-    /// A frame a read filled, given back, stays populated for the next read, never for
-    /// eviction (a UFFDIO_MOVE destination must be empty); frames eviction gives back,
-    /// and fills past the stash's room, are zapped; every way of giving a frame back
-    /// twice is counted.
+    /// A frame whose copy a fault mapped, given back, stays populated for the next
+    /// read, never for eviction (a UFFDIO_MOVE destination must be empty); every other
+    /// frame given back (eviction's, a read's given back unread), and mapped ones past
+    /// the stash's room, are zapped; every way of giving a frame back twice is counted.
     #[test]
     fn warm_frames_serve_reads_only() {
         let f = Frames::with_warm(64 << 20, 32, 0).expect("arenas");
@@ -812,7 +804,7 @@ mod tests {
         let z = Zapper::new();
         let a = f.alloc_to_fill(Site::SwapIn).expect("a frame");
         f.page_mut(a).fill(0x5a);
-        f.free(&z, &[a]);
+        f.free_mapped(&z, &[a]);
         assert_eq!(f.in_use_pages(), 0);
         assert_eq!(f.in_use_by_site(), "4 KiB frames: [], 2 MiB frames: []");
         // Eviction takes only empty frames: every other frame before this one.
@@ -825,18 +817,25 @@ mod tests {
         // A read gets it back, populated (its bytes are overwritten whole).
         assert_eq!(f.alloc_to_fill(Site::Readahead), Some(a));
         assert!(f.page(a).iter().all(|&b| b == 0x5a));
-        f.free(&z, &[a]);
-        f.free(&z, &[a]);
+        f.free_mapped(&z, &[a]);
+        f.free_mapped(&z, &[a]);
         assert_eq!(f.double_frees.load(Relaxed), 1);
+        f.free(&z, &[a]);
+        assert_eq!(
+            f.double_frees.load(Relaxed),
+            2,
+            "a warm frame, given back again"
+        );
         f.free_moved(a, 1);
-        assert_eq!(f.double_frees.load(Relaxed), 2, "moved out of a warm frame");
+        assert_eq!(f.double_frees.load(Relaxed), 3, "moved out of a warm frame");
         assert_eq!(
             f.warm_list().len(),
             1,
             "still warm, still used in the bitmap"
         );
-        // Frames given back by eviction are zapped even while the stash has room: it
-        // is the fills' own, recycled one for one on the fault path.
+        assert!(f.page(a).iter().all(|&b| b == 0x5a), "a warm frame zapped");
+        // Frames given back any other way are zapped even while the stash has room:
+        // eviction's, and a read's given back unread.
         let frames: Vec<usize> = runs
             .iter()
             .flat_map(|&(b, len)| (0..len).map(move |k| b + k * PAGE_SIZE))
@@ -845,27 +844,32 @@ mod tests {
         for &fr in &frames {
             f.page_mut(fr).fill(0xa5);
         }
-        f.free(&z, &frames[40..]);
+        f.free(&z, &frames[40..44]);
+        for &fr in &frames[44..] {
+            f.retag(fr, Site::SwapIn);
+        }
+        f.free(&z, &frames[44..]);
         assert_eq!(f.warm_list().len(), 1);
         assert_eq!(f.small.map().free, 8);
         for &fr in &frames[40..] {
-            assert!(f.page(fr).iter().all(|&b| b == 0), "an evicted frame kept");
+            assert!(f.page(fr).iter().all(|&b| b == 0), "kept, not zapped");
         }
-        // Past its room, fill frames given back are zapped and go back to the bitmap.
-        for &fr in &frames[..40] {
-            f.retag(fr, Site::SwapIn);
-        }
-        f.free(&z, &frames[..40]);
+        // Past its room, mapped frames given back are zapped and go back to the bitmap.
+        f.free_mapped(&z, &frames[..40]);
         assert_eq!(f.warm_list().len(), 32);
         assert_eq!(f.small.map().free, 8 + 9);
         for &fr in &frames[31..40] {
             assert!(f.page(fr).iter().all(|&b| b == 0), "not zapped");
         }
-        // A frame free in the bitmap given back again is counted, not kept warm.
+        // A frame free in the bitmap given back again is counted, and neither kept
+        // warm nor released again.
         f.warm_list().pop();
-        f.free(&z, &frames[39..40]);
-        assert_eq!(f.double_frees.load(Relaxed), 3);
+        f.free_mapped(&z, &frames[39..40]);
+        assert_eq!(f.double_frees.load(Relaxed), 4);
         assert_eq!(f.warm_list().len(), 31);
+        f.free(&z, &frames[47..]);
+        assert_eq!(f.double_frees.load(Relaxed), 5);
+        assert_eq!(f.small.map().free, 8 + 9);
         // After a fork the child's frames are all free and empty.
         f.reset_after_fork(&z);
         assert!(f.warm_list().is_empty());

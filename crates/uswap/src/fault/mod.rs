@@ -395,7 +395,7 @@ pub(crate) fn map_copies(
             if j < mapped {
                 mark_mapped(e, r, u, idx, s, dirty);
                 u.resident += 1;
-                e.frames.free(&e.zapper, &[frame]);
+                e.frames.free_mapped(&e.zapper, &[frame]);
                 e.budget.transfer(Gauge::Cached, Gauge::Resident, 1);
             } else if if_unmapped == IfUnmapped::Drop {
                 e.tiers.clear_cache(e, s);

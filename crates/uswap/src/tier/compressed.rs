@@ -1080,8 +1080,10 @@ fn write_back(
             .map(|huge| (0..UNIT_PAGES).map(|k| huge + k * PAGE_SIZE).collect())
             .unwrap_or_default()
     } else {
+        // Not a warm frame: written, it is zapped in the reclaim thread, and the warm
+        // ones are the fault path's (`Frames::free_mapped`).
         e.frames
-            .alloc_to_fill(crate::frames::Site::Compressed)
+            .alloc_one(crate::frames::Site::Compressed)
             .map(|f| vec![f])
             .unwrap_or_default()
     };
