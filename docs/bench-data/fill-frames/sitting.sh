@@ -1,5 +1,5 @@
 #!/bin/bash
-# A/B: A = the build before (ceeb78f), B = fills keep their own warm frames.
+# A/B: A = the build before (ceeb78f), B = the fault path keeps its own warm frames.
 # A=<build> B=<build> OUT=dir bash sitting.sh; python3 summ.py DIR
 A=${A:?the build before}; B=${B:?the build after}
 D=${OUT:?where}; mkdir -p "$D/pmbench-inthread" "$D/others"
