@@ -21,10 +21,9 @@
 //! A few 4 KiB frames whose copies a fault has just mapped are kept populated (`warm`)
 //! for the next read or decompression, which overwrites a frame whole (every other
 //! frame is zapped by whoever gives it back: `Frames::free_mapped`): a frame zapped
-//! when given back
-//! costs a `process_madvise` (with a TLB flush across the process's vCPUs) and, at
-//! its next use, a kernel fault that allocates, zeroes and charges a page, on the
-//! path of every swap-in. For a 2 MiB frame that fault zeroes a THP: on this VM,
+//! when given back costs a `process_madvise` (with a TLB flush across the process's
+//! vCPUs) and, at its next use, a kernel fault that allocates, zeroes and charges a
+//! page, on the path of every swap-in. For a 2 MiB frame that fault zeroes a THP: on this VM,
 //! whose freed memory goes back to the host, a quarter of the fault thread's samples
 //! in swap-w-seq 2m (compressed+file) were that zeroing, twice its decompression's.
 //! Eviction gives a populated 2 MiB frame back for every unit it compresses or
