@@ -23,20 +23,20 @@
 //! frame is zapped by whoever gives it back: `Frames::free_mapped`): a frame zapped
 //! when given back costs a `process_madvise` (with a TLB flush across the process's
 //! vCPUs) and, at its next use, a kernel fault that allocates, zeroes and charges a
-//! page, on the path of every swap-in. For a 2 MiB frame that fault zeroes a THP: on this VM,
-//! whose freed memory goes back to the host, a quarter of the fault thread's samples
-//! in swap-w-seq 2m (compressed+file) were that zeroing, twice its decompression's.
-//! Eviction gives a populated 2 MiB frame back for every unit it compresses or
-//! writes, and a unit swapped in takes one, so a stream recycles them. Warm frames
-//! are never handed out as a UFFDIO_MOVE destination (eviction) or as a first
-//! touch's zeroed page, which must be empty. Their memory is charged to the budget
-//! as metadata, full or not: the 4 KiB stash for the pool's life, the 2 MiB stash
-//! as it grows. It grows by one frame whenever a unit had to be decoded into an
+//! page, on the path of every swap-in. For a 2 MiB frame that fault zeroes a THP: on
+//! this VM, whose freed memory goes back to the host, a quarter of the fault thread's
+//! samples in swap-w-seq 2m (compressed+file) were that zeroing, twice its
+//! decompression's. Eviction gives a populated 2 MiB frame back for every unit it
+//! compresses or writes, and a unit swapped in takes one, so a stream recycles them.
+//! Warm frames are never handed out as a UFFDIO_MOVE destination (eviction) or as a
+//! first touch's zeroed page, which must be empty. Their memory is charged to the
+//! budget as metadata, full or not: the 4 KiB stash for the pool's life, the 2 MiB
+//! stash as it grows. It grows by one frame whenever a unit had to be decoded into an
 //! empty frame since the reclaim thread last looked, while that fits under the high
 //! watermark (a stream settles at about one reclaim pass's worth of units, which
 //! reclaim gives back at once and faults take one by one), up to a sixteenth of the
-//! budget; it is emptied, and its charge given back, once no unit was swapped in
-//! for a second (`tune_warm_units`).
+//! budget; it is emptied, and its charge given back, once no unit was swapped in for a
+//! second (`tune_warm_units`).
 
 use crate::engine::Engine;
 use crate::error::Result;
