@@ -110,6 +110,9 @@ pub fn prepare_fork() {
     if FORKING.swap(true, SeqCst) {
         return; // this fork is already prepared (hooks registered twice)
     }
+    // SIGBUS handlers first: they take the engine list and regions' locks before they
+    // enter an engine, and wait for the fault threads that `prepare` stops.
+    crate::fault::in_thread::hold_for_fork();
     for e in live_engines() {
         prepare(&e);
     }
@@ -123,6 +126,7 @@ pub fn after_fork_parent() {
     for e in live_engines() {
         parent(&e);
     }
+    crate::fault::in_thread::release_after_fork(false);
     FORKING.store(false, SeqCst);
 }
 
@@ -135,6 +139,7 @@ pub fn after_fork_child() {
     for e in live_engines() {
         child(&e);
     }
+    crate::fault::in_thread::release_after_fork(true);
     FORKING.store(false, SeqCst);
 }
 
@@ -269,7 +274,6 @@ pub(crate) fn child_poll_done(e: &Engine, id: u64) {
 /// if they are not good), dirty and without a slot; or is poisoned (SIGBUS when
 /// touched). Its slot was released. Returns whether it came back.
 pub(crate) fn take_back_page(
-    e: &Engine,
     r: &crate::pagemap::RegionInner,
     u: &mut crate::pagemap::UnitPages,
     p: u64,
@@ -277,7 +281,7 @@ pub(crate) fn take_back_page(
 ) -> bool {
     let i = p as usize % UNIT_PAGES;
     let dst = r.page_addr(p);
-    let back = src.is_some_and(|src| e.uffd.copy(dst, src, PAGE_SIZE, false, Wake::Yes).is_ok());
+    let back = src.is_some_and(|src| r.uffd.copy(dst, src, PAGE_SIZE, false, Wake::Yes).is_ok());
     if back {
         let resident = PageState::Resident {
             dirty: true,
@@ -288,7 +292,7 @@ pub(crate) fn take_back_page(
     } else {
         u.set(i, PageState::Poisoned);
         r.counters.poisoned.fetch_add(1, Relaxed);
-        let _ = e.uffd.poison(dst, PAGE_SIZE);
+        let _ = r.uffd.poison(dst, PAGE_SIZE);
     }
     back
 }
@@ -334,11 +338,13 @@ fn child(e: &Arc<Engine>) {
     if let Some(r) = &e.tiers.remote {
         r.fork_child();
     }
-    // Regions: registered again; the parent's I/O does not land here, so every
-    // cache copy goes (a page whose write was in flight comes back from its frame).
+    // Regions: registered again, each with its own kind of descriptor (the fault
+    // threads' or the in-thread one, both new here); the parent's I/O does not land
+    // here, so every cache copy goes (a page whose write was in flight comes back from
+    // its frame).
     let mut resident_back = 0i64;
     for r in e.regions.all() {
-        if let Err(err) = e
+        if let Err(err) = r
             .uffd
             .register(r.base, r.len, REGISTER_MISSING | REGISTER_WP)
         {
@@ -375,7 +381,7 @@ fn child(e: &Arc<Engine>) {
                                 );
                             }
                             let src = plain.then_some(en.frame as *const u8);
-                            resident_back += i64::from(take_back_page(e, &r, &mut u, p, src));
+                            resident_back += i64::from(take_back_page(&r, &mut u, p, src));
                         }
                         Some(_) => {
                             e.slots.clear_cache(s);

@@ -655,3 +655,168 @@ fn a_fault_waiting_for_room_in_its_thread_lets_a_fork_begin() {
         );
     });
 }
+
+fn in_thread_region(p: &Pool, size: u64) -> uswap::Region {
+    p.region_with(
+        size,
+        uswap::RegionOptions {
+            fault_mode: Some(uswap::FaultMode::InThread),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+/// Issue 40: the child registered its in-thread regions with the fault threads'
+/// userfaultfd, which then mapped through the region's own (new, empty) descriptor:
+/// the copy failed and the child waited in the kernel for good on its first fault. An
+/// in-thread region swapped out under its budget, forked: the child reads every page,
+/// writes half and reads it back; the parent writes the other half meanwhile.
+#[test]
+fn in_thread_regions_cross_a_fork() {
+    let _serial = serial();
+    with_deadline(120, |t| {
+        let p = t.pool(Pool::builder().budget(16 * MIB));
+        let r = in_thread_region(&p, 64 * MIB);
+        let words = r.as_words();
+        let half = words.len() / 2;
+        fill(words, 0, 1);
+        let before = p.counters();
+        assert!(before.pswpout > 0, "nothing swapped out before the fork");
+        common::flush();
+        // SAFETY: fork; the child only runs uswap and this test's checks, then _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            child_deadline(60);
+            let mut code = 0;
+            if let Some(i) = find_bad(words, 0, 1) {
+                common::say(&format!("child: pre-fork data wrong at word {i}"));
+                code = 1;
+            }
+            fill(&words[..half], 0, 2);
+            if let Some(i) = find_bad(&words[..half], 0, 2) {
+                common::say(&format!("child: own writes wrong at word {i}"));
+                code = 1;
+            }
+            let c = p.counters();
+            if c.pswpin <= before.pswpin {
+                common::say(&format!("child: nothing swapped in: {c:?}"));
+                code = 1;
+            }
+            if let Err(e) = p.check_invariants() {
+                common::say(&format!("child: engine invariants broken: {e}"));
+                code = 1;
+            }
+            // SAFETY: leave without running the parent's test harness teardown.
+            unsafe { libc::_exit(code) };
+        }
+        fill(&words[half..], half, 3);
+        assert_eq!(
+            find_bad(&words[..half], 0, 1),
+            None,
+            "parent: pre-fork half"
+        );
+        assert_eq!(
+            find_bad(&words[half..], half, 3),
+            None,
+            "parent: own writes"
+        );
+        wait_ok(pid, "the child");
+        let c = p.counters();
+        assert_eq!((c.poisoned, c.internal_errors), (0, 0), "{c:?}");
+    });
+}
+
+/// Wait for child `pid` for at most `secs` seconds; on a hang, kill it and fail.
+fn wait_ok_within(pid: i32, secs: u64, what: &str) {
+    let t = std::time::Instant::now();
+    let mut status = 0;
+    loop {
+        // SAFETY: polls a child this test forked.
+        let got = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if got == pid {
+            break;
+        }
+        assert_eq!(got, 0, "waitpid {what}");
+        if t.elapsed() > std::time::Duration::from_secs(secs) {
+            // SAFETY: kills the hung child this test forked, then reaps it.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            panic!("{what} hung for {secs} s (killed)");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "{what} failed: status {status:#x}"
+    );
+}
+
+/// Issue 40: a fork while other threads took in-thread faults could copy a lock held by
+/// one of them (the engine list, a region table, a unit, a swap-cache shard: the SIGBUS
+/// handler took them outside the fork's gate) into the child, whose fork hook then
+/// waited for it for good (hung at forks 34 and 64 in two runs). Six threads read then
+/// write random pages of a hot set larger than the budget while a seventh forks again
+/// and again; each child checks a page and leaves at once.
+#[test]
+fn forks_while_threads_fault_in_their_own_thread() {
+    let _serial = serial();
+    with_deadline(240, |t| {
+        let p = t.pool(Pool::builder().budget(16 * MIB));
+        let r = in_thread_region(&p, 64 * MIB);
+        let words = r.as_words();
+        let hot = (24 * MIB / 8) as usize;
+        fill(&words[..hot], 0, 1);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let per_page = 512;
+        let forks = std::thread::scope(|s| {
+            for k in 0..6u64 {
+                let stop = &stop;
+                s.spawn(move || {
+                    let pages = hot / per_page;
+                    let mut x = k + 1;
+                    while !stop.load(Relaxed) {
+                        x = mix(x);
+                        let page = x as usize % pages;
+                        // Each thread writes only pages `k` mod 6 (the values stay known);
+                        // it reads any page.
+                        let w = page * per_page + (x >> 32) as usize % per_page;
+                        let v = words[w].load(Relaxed);
+                        if page % 6 == k as usize {
+                            assert_eq!(v, mix(1 ^ w as u64), "word {w}");
+                            words[w].store(v, Relaxed);
+                        } else {
+                            assert_eq!(v, mix(1 ^ w as u64), "word {w}");
+                        }
+                    }
+                });
+            }
+            let mut forks = 0;
+            let t0 = std::time::Instant::now();
+            while forks < 200 && t0.elapsed() < std::time::Duration::from_secs(40) {
+                // SAFETY: fork; the child reads one word and leaves with _exit.
+                let pid = unsafe { libc::fork() };
+                assert!(pid >= 0, "fork failed");
+                if pid == 0 {
+                    child_deadline(30);
+                    let ok =
+                        words[forks * 97 % hot].load(Relaxed) == mix(1 ^ (forks * 97 % hot) as u64);
+                    // SAFETY: leave without running the parent's test harness teardown.
+                    unsafe { libc::_exit(i32::from(!ok)) };
+                }
+                wait_ok_within(pid, 20, &format!("child of fork {forks}"));
+                forks += 1;
+            }
+            stop.store(true, Relaxed);
+            forks
+        });
+        let c = p.counters();
+        assert!(forks >= 50, "only {forks} forks in 40 s: {c:?}");
+        assert!(c.pswpin > 0 && c.pswpout > 0, "{c:?}");
+        assert_eq!(find_bad(&words[..hot], 0, 1), None);
+        assert_eq!((c.poisoned, c.internal_errors), (0, 0), "{c:?}");
+    });
+}

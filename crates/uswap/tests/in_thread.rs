@@ -272,3 +272,73 @@ fn system_calls_on_swapped_in_thread_memory_fail_with_efault() {
     assert!(n > 0, "read into a written page: {n}");
     pool.check_invariants().unwrap();
 }
+
+/// The address the program's SIGUSR1 handler reads (0: none).
+static NESTED_READ_AT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static NESTED_READS: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn read_next_page(_: libc::c_int) {
+    let at = NESTED_READ_AT.load(Relaxed);
+    if at != 0 {
+        // SAFETY: `at` is a word of a live region (set before the region's use, cleared
+        // before it is dropped), read atomically as the rest of the test does.
+        let w = unsafe { &*(at as *const AtomicU64) };
+        std::hint::black_box(w.load(Relaxed));
+        NESTED_READS.fetch_add(1, Relaxed);
+    }
+}
+
+/// Issue 40: the SIGBUS handler let asynchronous signals in, so a program's handler
+/// that reads in-thread memory ran on top of a fault in progress; one on the same unit
+/// waited for the unit's lock its own thread held (deadlocked on the first tick). A
+/// thread reads pages one after another while another signals it every ~25 µs; its
+/// SIGUSR1 handler reads the page after the one being read.
+#[test]
+fn a_signal_handler_that_reads_in_thread_memory_during_a_fault() {
+    let _w = watchdog(120);
+    let pool = Pool::builder().budget(16 * MIB).build().unwrap();
+    let r = pool.region_with(64 * MIB, in_thread()).unwrap();
+    fill(r.as_words(), 3);
+    // SAFETY: installs a plain handler for SIGUSR1 from a zeroed struct.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = read_next_page as *const () as usize;
+        sa.sa_flags = libc::SA_RESTART;
+        libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut());
+    }
+    let words = r.as_words();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        // SAFETY: pthread_self of this thread, signalled only while the scope runs.
+        let reader = unsafe { libc::pthread_self() };
+        let stop = &stop;
+        s.spawn(move || {
+            while !stop.load(Relaxed) {
+                // SAFETY: signals the reader thread, alive until `stop`.
+                unsafe { libc::pthread_kill(reader, libc::SIGUSR1) };
+                std::thread::sleep(std::time::Duration::from_micros(25));
+            }
+        });
+        for round in 0..3 {
+            for page in 0..words.len() / WORDS_PER_PAGE {
+                let next = ((page + 1) % (words.len() / WORDS_PER_PAGE)) * WORDS_PER_PAGE;
+                NESTED_READ_AT.store(&words[next] as *const AtomicU64 as usize, Relaxed);
+                let i = page * WORDS_PER_PAGE + round * 7 % WORDS_PER_PAGE;
+                // `fill` wrote every 7th word.
+                let i = i - i % 7;
+                assert_eq!(words[i].load(Relaxed), mix(3 ^ i as u64), "word {i}");
+            }
+        }
+        NESTED_READ_AT.store(0, Relaxed);
+        stop.store(true, Relaxed);
+    });
+    let c = r.counters();
+    assert!(c.majflt > 1000, "{c:?}");
+    assert!(
+        NESTED_READS.load(Relaxed) > 100,
+        "the handler ran {} times",
+        NESTED_READS.load(Relaxed)
+    );
+    assert_eq!((c.poisoned, c.internal_errors), (0, 0), "{c:?}");
+    pool.check_invariants().unwrap();
+}

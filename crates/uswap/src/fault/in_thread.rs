@@ -33,7 +33,8 @@ use crate::swap_cache::Lookup;
 use crate::sys::uffd::{Uffd, Wake};
 use crate::tier::Location;
 use crate::{PAGE_SIZE, UNIT_PAGES};
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, Mutex};
 
 /// The pool's in-thread userfaultfd, made (and the SIGBUS handler installed) on first
@@ -50,6 +51,86 @@ pub(crate) fn uffd(e: &Engine) -> Result<Arc<Uffd>> {
 /// The SIGBUS disposition before ours, to chain to.
 static PREVIOUS: Mutex<Option<libc::sigaction>> = Mutex::new(None);
 
+/// Threads inside the handler's engine work now (from before the engine list is looked
+/// at until the fault is served).
+static IN_HANDLER: AtomicUsize = AtomicUsize::new(0);
+/// A fork is being prepared: handlers wait before they take any lock.
+static FORK_HELD: AtomicBool = AtomicBool::new(false);
+
+/// Proof of being inside the handler's engine work: a fork waits until it drops.
+struct HandlerGate;
+
+impl HandlerGate {
+    fn enter() -> HandlerGate {
+        loop {
+            while FORK_HELD.load(SeqCst) {
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+            IN_HANDLER.fetch_add(1, SeqCst);
+            if !FORK_HELD.load(SeqCst) {
+                return HandlerGate;
+            }
+            IN_HANDLER.fetch_sub(1, SeqCst);
+        }
+    }
+}
+
+impl Drop for HandlerGate {
+    fn drop(&mut self) {
+        IN_HANDLER.fetch_sub(1, SeqCst);
+    }
+}
+
+/// Before fork: hold new SIGBUS handlers off and wait for those inside to leave, so that
+/// no lock they take (the engine list, a region table, a unit, a cache shard, a frame
+/// lock) is copied held into the child. Handlers that wait (for room, for another
+/// thread's I/O) leave while a fork is held; their accesses fault again after it.
+pub(crate) fn hold_for_fork() {
+    FORK_HELD.store(true, SeqCst);
+    while IN_HANDLER.load(SeqCst) > 0 {
+        std::thread::sleep(std::time::Duration::from_micros(50));
+    }
+}
+
+/// After fork, in the parent and the child. The child has no other thread, so none is
+/// inside a handler (one may have been counted between the wait above and the fork).
+pub(crate) fn release_after_fork(child: bool) {
+    if child {
+        IN_HANDLER.store(0, SeqCst);
+    }
+    FORK_HELD.store(false, SeqCst);
+}
+
+fn fork_held() -> bool {
+    FORK_HELD.load(SeqCst)
+}
+
+/// The signals held off while the handler runs: every asynchronous one. The program's
+/// own handlers (timers, profilers) would otherwise run on top of ours while it holds a
+/// unit's lock, and one that touches the same unit would wait for itself. Synchronous
+/// signals stay open: blocked, the kernel would kill the process instead of raising them
+/// (SIGBUS too: SA_NODEFER keeps it open for a fault of the handler itself, which goes on
+/// to the previous handler).
+fn handler_mask() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data, filled by sigfillset before use.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: sigfillset and sigdelset write into a live sigset_t.
+    unsafe {
+        libc::sigfillset(&mut set);
+        for sig in [
+            libc::SIGBUS,
+            libc::SIGSEGV,
+            libc::SIGILL,
+            libc::SIGFPE,
+            libc::SIGTRAP,
+            libc::SIGSYS,
+        ] {
+            libc::sigdelset(&mut set, sig);
+        }
+    }
+    set
+}
+
 fn install_handler() -> Result<()> {
     let mut prev = PREVIOUS.lock().unwrap_or_else(|p| p.into_inner());
     if prev.is_some() {
@@ -59,6 +140,7 @@ fn install_handler() -> Result<()> {
     let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
     sa.sa_sigaction = on_sigbus as *const () as usize;
     sa.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER | libc::SA_RESTART;
+    sa.sa_mask = handler_mask();
     // SAFETY: same as above.
     let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: installs a handler for SIGBUS with live structs; `old` gets the previous.
@@ -82,7 +164,12 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, uctx: *mut
         return;
     }
     set_errno(errno);
-    chain(sig, info, uctx);
+    let prev = {
+        let _gate = HandlerGate::enter();
+        *PREVIOUS.lock().unwrap_or_else(|p| p.into_inner())
+    };
+    // Outside the gate: the previous handler may never return (a JVM's longjmps).
+    chain(prev, sig, info, uctx);
 }
 
 /// Whether the faulting access was a write. On x86-64 the signal frame carries the page
@@ -112,8 +199,12 @@ fn set_errno(value: libc::c_int) {
 }
 
 /// Pass a SIGBUS that is not ours to the disposition before ours.
-fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, uctx: *mut libc::c_void) {
-    let prev = *PREVIOUS.lock().unwrap_or_else(|p| p.into_inner());
+fn chain(
+    prev: Option<libc::sigaction>,
+    sig: libc::c_int,
+    info: *mut libc::siginfo_t,
+    uctx: *mut libc::c_void,
+) {
     let Some(prev) = prev else { return };
     if prev.sa_sigaction == libc::SIG_DFL || prev.sa_sigaction == libc::SIG_IGN {
         // Default action: restore it; the access runs again and the kernel's SIGBUS
@@ -137,6 +228,7 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, uctx: *mut libc::c_void) 
 /// Serve a fault at `addr` if it is in an in-thread region of some pool. True: the
 /// access may run again.
 fn serve(addr: usize, write: bool) -> bool {
+    let _gate = HandlerGate::enter();
     let engines = ENGINES.lock().unwrap_or_else(|p| p.into_inner());
     let found = engines.iter().find_map(|w| {
         let e = w.upgrade()?;
@@ -170,7 +262,7 @@ fn fault(e: &Engine, r: &Arc<RegionInner>, page: u64, write: bool) -> bool {
         // need (`reclaim::needed`).
         let _waiting = e.threads.room_waiter();
         while !e.budget.try_reserve(2, force) {
-            if e.fork.pending() {
+            if e.fork.pending() || fork_held() {
                 // A fork waits for this thread to leave the engine, and the reclaim
                 // thread, which makes the room, waits for the fork: leave (nothing is
                 // reserved yet); the access faults again after the fork.
@@ -251,7 +343,8 @@ fn fault(e: &Engine, r: &Arc<RegionInner>, page: u64, write: bool) -> bool {
                 // the page (a waiter was recorded). Wait for it outside the lock, and
                 // outside the engine: a fork being prepared waits for every thread in
                 // it, and the thread whose completion ends this wait would wait for
-                // the fork.
+                // the fork. The wait polls locks, so it stays inside the handler's gate
+                // and ends when a fork is held (the access faults again after it).
                 drop(u);
                 drop(room);
                 drop(active);
@@ -266,7 +359,7 @@ fn fault(e: &Engine, r: &Arc<RegionInner>, page: u64, write: bool) -> bool {
                             .get(slot)
                             .is_some_and(|en| en.state != crate::swap_cache::CacheState::Clean)
                 };
-                while in_flight() && !r.is_dead() {
+                while in_flight() && !r.is_dead() && !fork_held() {
                     std::thread::sleep(std::time::Duration::from_micros(20));
                 }
                 return true;

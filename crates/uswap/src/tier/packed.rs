@@ -621,7 +621,7 @@ pub(crate) fn fork_child_unit(e: &Engine, r: &RegionInner, u: &mut UnitPages, fi
         }
         e.tiers.release(e, s);
         let src = ok.then(|| unit[i * PAGE_SIZE..].as_ptr());
-        back += i64::from(crate::fork::take_back_page(e, r, u, first + i as u64, src));
+        back += i64::from(crate::fork::take_back_page(r, u, first + i as u64, src));
     }
     back
 }
