@@ -261,10 +261,16 @@ pub(crate) fn write(
     if blocks >= UNIT_PAGES {
         return Write::NotPacked; // saves nothing
     }
-    // The frames holding the packed bytes until written: out of what reclaim keeps
-    // for itself, all of it if need be: the entry they replace leaves the pool at once
-    // (the pool's bytes of a unit are about its packed length).
-    if !e.budget.charge_if_room(Gauge::Cached, blocks as i64, 0) {
+    // The frames holding the packed bytes until written: out of reclaim's reserve
+    // (with what faults left), leaving a store its part, as writeback's decompressed
+    // copies do. The entry they replace leaves the pool at once, but the pool shrinks
+    // only by the zspages it empties, and the blob's frames stay until the write
+    // completes: taken down to the limit, they left the next unit store's growth
+    // (charged unconditionally) past the budget.
+    if !e
+        .budget
+        .charge_if_room(Gauge::Cached, blocks as i64, c.store_reserve())
+    {
         return Write::NoRoom;
     }
     let undo = |frames: &[usize]| {
