@@ -333,6 +333,7 @@ impl Engine {
 pub(crate) struct Diagnostics {
     pub(crate) read_seq: AtomicU64,
     pub(crate) map_seq: AtomicU64,
+    pub(crate) move_seq: AtomicU64,
     pub(crate) write_seq: AtomicU64,
     /// Inconsistencies found and recovered from (each one an engine bug).
     pub(crate) internal: AtomicU64,

@@ -196,6 +196,10 @@ pub struct FaultInjection {
     /// fails with ENOMEM under a memory limit (0: never): the copy must wait for the
     /// retrying fault, wherever it came from.
     pub fail_map_every: u64,
+    /// Every Nth 2 MiB move of a zeroed page into a region (a first touch under
+    /// `UnitPolicy::Huge`, from a spare THP or a frame) moves only its first half, as
+    /// UFFDIO_MOVE does when it stops part-way (0: never).
+    pub partial_move_every: u64,
     /// Inject only into a request's first attempt, so that the engine's retry succeeds:
     /// the failures are transient and no data may be lost to them (what a test that
     /// checks every byte needs). False: every Nth request, retries included.

@@ -91,21 +91,22 @@ impl Drop for Spares {
 
 /// Move a spare zeroed THP to `dst` (a 2 MiB-aligned unit of a region, whose lock
 /// the caller holds; the caller charges the pages where they now belong and wakes
-/// the faulting thread). False: no spare, or it did not move (dropped).
-pub(crate) fn take_to(e: &Engine, uffd: &crate::sys::uffd::Uffd, dst: usize) -> bool {
+/// the faulting thread). Returns the bytes moved from the unit's start, or None with
+/// no spare: a move that stops part-way (`UnitPolicy::Huge`'s first touch,
+/// `unit::zero_move_len`) has still moved its first pages, which are the caller's
+/// now; what stayed behind is dropped.
+pub(crate) fn take_to(e: &Engine, uffd: &crate::sys::uffd::Uffd, dst: usize) -> Option<usize> {
     let sp = &e.spares;
-    let Some(i) = sp.state().0.pop() else {
-        return false;
-    };
+    let i = sp.state().0.pop()?;
     let src = sp.addr(i);
-    let moved = uffd.move_pages(dst, src, UNIT_SIZE, Wake::No).is_ok();
-    if !moved {
+    let (moved, _) = uffd.move_pages_partial(dst, src, crate::unit::zero_move_len(e), Wake::No);
+    if moved < UNIT_SIZE {
         e.zapper.zap(&[(src, UNIT_SIZE)]);
     }
     e.budget.uncharge(Gauge::Spare, UNIT_PAGES as i64);
     sp.state().1.push(i);
     e.threads.wake_kswapd();
-    moved
+    Some(moved)
 }
 
 /// Reclaim thread: make one spare if one is wanted, missing, and fits under the high

@@ -56,24 +56,50 @@ pub(crate) fn zero_fill_unit(e: &Engine, r: &RegionInner, u: &mut UnitPages, pag
     let first = page - page % UNIT_PAGES as u64;
     let dst = r.page_addr(first);
     e.spares.want();
-    if crate::spare::take_to(e, &r.uffd, dst) {
-        r.counters.thp_fault_spare.fetch_add(1, Relaxed);
-        map_zeroed_unit(e, r, u, dst);
-        return true;
-    }
-    e.threads.wake_kswapd(); // to make spares for the next units
-    let Some(frame) = e.frames.alloc_huge(crate::frames::Site::FirstTouch) else {
-        return false;
+    let moved = match crate::spare::take_to(e, &r.uffd, dst) {
+        Some(UNIT_SIZE) => {
+            r.counters.thp_fault_spare.fetch_add(1, Relaxed);
+            UNIT_SIZE
+        }
+        Some(moved) => moved,
+        None => {
+            e.threads.wake_kswapd(); // to make spares for the next units
+            let Some(frame) = e.frames.alloc_huge(crate::frames::Site::FirstTouch) else {
+                return false;
+            };
+            if !crate::sys::mem::populate_write(frame, UNIT_SIZE) {
+                e.frames.free(&e.zapper, &huge_pages(frame));
+                return false;
+            }
+            let (moved, _) = r
+                .uffd
+                .move_pages_partial(dst, frame, zero_move_len(e), Wake::No);
+            match moved {
+                UNIT_SIZE => e.frames.free_moved_huge(frame),
+                0 => e.frames.free(&e.zapper, &huge_pages(frame)),
+                // Its first pages left the frame (its PMD split): the rest go with it.
+                _ => e.frames.free_moved_from_huge(&e.zapper, &huge_pages(frame)),
+            }
+            moved
+        }
     };
-    let ok = crate::sys::mem::populate_write(frame, UNIT_SIZE)
-        && r.uffd.move_pages(dst, frame, UNIT_SIZE, Wake::No).is_ok();
-    if !ok {
-        e.frames.free(&e.zapper, &huge_pages(frame));
+    if moved == 0 {
         return false;
     }
-    e.frames.free_moved_huge(frame);
-    map_zeroed_unit(e, r, u, dst);
+    map_zeroed_unit(e, r, u, first, moved / PAGE_SIZE);
     true
+}
+
+/// Bytes of a zeroed THP a first touch moves into its unit: all of it, or the first
+/// half where a test injects a move that stops part-way
+/// (`FaultInjection::partial_move_every`).
+pub(crate) fn zero_move_len(e: &Engine) -> usize {
+    let every = e.cfg.inject.partial_move_every;
+    if every > 0 && (e.diag.move_seq.fetch_add(1, Relaxed) + 1).is_multiple_of(every) {
+        UNIT_SIZE / 2
+    } else {
+        UNIT_SIZE
+    }
 }
 
 /// The 512 page addresses of a 2 MiB frame.
@@ -81,10 +107,13 @@ fn huge_pages(frame: usize) -> Vec<usize> {
     (0..UNIT_PAGES).map(|i| frame + i * PAGE_SIZE).collect()
 }
 
-/// A zeroed THP was moved into the unit at `dst`: every page resident and dirty;
-/// then the faulting thread is woken.
-fn map_zeroed_unit(e: &Engine, r: &RegionInner, u: &mut UnitPages, dst: usize) {
-    for i in 0..UNIT_PAGES {
+/// The first `moved` pages of a zeroed THP were moved into the unit from page `first`:
+/// they are resident and dirty, and so are the rest once mapped as zeros (a move that
+/// stopped part-way has still moved its first pages: counted as untouched, they were
+/// never charged, never evicted, and kept their bytes across a discard); then the
+/// faulting thread is woken.
+fn map_zeroed_unit(e: &Engine, r: &RegionInner, u: &mut UnitPages, first: u64, moved: usize) {
+    for i in 0..moved {
         u.set(
             i,
             PageState::Resident {
@@ -93,10 +122,15 @@ fn map_zeroed_unit(e: &Engine, r: &RegionInner, u: &mut UnitPages, dst: usize) {
             },
         );
     }
-    u.resident = UNIT_PAGES as u32;
-    e.budget.charge(Gauge::Resident, UNIT_PAGES as i64);
+    u.resident = moved as u32;
+    e.budget.charge(Gauge::Resident, moved as i64);
+    if moved < UNIT_PAGES {
+        // Within the fault's room (a unit). Not mapped: left untouched for their own
+        // faults (the 4 KiB path).
+        let _ = crate::fault::map_zeros(e, r, u, first + moved as u64, UNIT_PAGES - moved, true);
+    }
     r.counters.minflt.fetch_add(1, Relaxed);
-    let _ = r.uffd.wake(dst, UNIT_SIZE);
+    let _ = r.uffd.wake(r.page_addr(first), UNIT_SIZE);
 }
 
 /// A fault in a unit whose pages are all swapped: swap it in whole if the policy

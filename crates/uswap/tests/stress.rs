@@ -136,6 +136,7 @@ fn configs() -> Vec<Config> {
                 short_write_every: 13,
                 fail_map_every: 17,
                 transient: true,
+                ..FaultInjection::default()
             },
             ..base
         },

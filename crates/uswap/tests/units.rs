@@ -468,3 +468,71 @@ fn concurrent_faults_on_a_unit_read_in_parts() {
         assert!(c.thp_swpout_fallback > 0 && c.thp_swpin > 0, "{c:?}");
     });
 }
+
+/// Pages of `[addr, addr + len)` present in memory (mincore).
+fn present_pages(addr: usize, len: usize) -> usize {
+    let mut v = vec![0u8; len / 4096];
+    // SAFETY: mincore over a live mapping the test owns, into a vector of one byte per
+    // page.
+    let rc = unsafe { libc::mincore(addr as *mut libc::c_void, len, v.as_mut_ptr()) };
+    assert_eq!(rc, 0, "mincore: {}", std::io::Error::last_os_error());
+    v.iter().filter(|&&b| b & 1 != 0).count()
+}
+
+/// A first touch whose 2 MiB move stops part-way (injected: every other move, from a
+/// spare or a frame, moves only the unit's first half) keeps the pages it moved as the
+/// unit's, resident and charged, and maps the rest as zeros: every unit comes back
+/// exact through eviction, the region never holds more pages than the budget, and a
+/// discarded unit reads zeros. (Counted as untouched, the moved pages were never
+/// charged nor evicted, and kept their bytes across a discard.)
+#[test]
+fn first_touch_moves_that_stop_part_way_are_counted() {
+    with_deadline(60, |t| {
+        let budget = 64 * MIB;
+        let p = t.pool(
+            Pool::builder()
+                .budget(budget)
+                .inject_io_errors(uswap::FaultInjection {
+                    partial_move_every: 2,
+                    ..Default::default()
+                }),
+        );
+        let r = p.region_with(160 * MIB, opts(UnitPolicy::Huge)).unwrap();
+        let words = r.as_words();
+        let per_unit = (2 * MIB / 8) as usize;
+        let units = words.len() / per_unit;
+        let budget_pages = (budget / 4096) as usize;
+        let mut most = 0;
+        for (u, unit) in words.chunks(per_unit).enumerate() {
+            for (i, w) in unit.iter().enumerate() {
+                w.store(mix(1 ^ (u * per_unit + i) as u64), Relaxed);
+            }
+            most = most.max(present_pages(r.as_ptr() as usize, r.len()));
+            // The reclaim thread makes spares between faults.
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(
+            most <= budget_pages,
+            "{most} pages of the region present, over the budget's {budget_pages}: {:?}",
+            p.counters()
+        );
+        check(words, 1, "after the first touches");
+        // Every third unit discarded, while resident (its last page just read) or not.
+        for u in (0..units).step_by(3) {
+            let _ = words[u * per_unit + per_unit - 1].load(Relaxed);
+            r.discard(u * 2 * MIB as usize, 2 * MIB as usize).unwrap();
+        }
+        for (i, w) in words.iter().enumerate() {
+            let want = if (i / per_unit).is_multiple_of(3) {
+                0
+            } else {
+                mix(1 ^ i as u64)
+            };
+            assert_eq!(w.load(Relaxed), want, "after the discards: word {i}");
+        }
+        let c = p.counters();
+        assert!(c.thp_fault_spare > 0, "no first touch took a spare: {c:?}");
+        assert_eq!((c.poisoned, c.internal_errors), (0, 0), "{c:?}");
+        assert!(c.peak_used_bytes <= budget, "budget overrun: {c:?}");
+    });
+}

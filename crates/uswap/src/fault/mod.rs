@@ -250,8 +250,8 @@ fn zero_fill(e: &Engine, r: &RegionInner, u: &mut UnitPages, page: u64, write: b
 
 /// Map `n` Untouched pages from `page` as zeros: writable and dirty (`write`), or
 /// write-protected and clean, so that they can be dropped without a write. The
-/// caller has the room. False if the mapping failed (said, and the fault woken).
-/// Under the unit's lock.
+/// caller has the room. False if the mapping failed (said, and the fault woken): the
+/// pages it mapped before failing are resident all the same. Under the unit's lock.
 pub(crate) fn map_zeros(
     e: &Engine,
     r: &RegionInner,
@@ -262,17 +262,20 @@ pub(crate) fn map_zeros(
 ) -> bool {
     let i = page as usize % UNIT_PAGES;
     let addr = r.page_addr(page);
-    if let Err(err) = r.uffd.copy(
+    let (mapped, ok) = match r.uffd.copy_counted(
         addr,
         zero_source() as *const u8,
         n * PAGE_SIZE,
         !write,
         Wake::Yes,
     ) {
-        map_failed(r, "zero fill", addr, err);
-        return false;
-    }
-    for k in 0..n {
+        Ok(()) => (n, true),
+        Err((done, err)) => {
+            map_failed(r, "zero fill", addr + done, err);
+            (done / PAGE_SIZE, false)
+        }
+    };
+    for k in 0..mapped {
         u.set(
             i + k,
             PageState::Resident {
@@ -281,9 +284,9 @@ pub(crate) fn map_zeros(
             },
         );
     }
-    u.resident += n as u32;
-    e.budget.charge(Gauge::Resident, n as i64);
-    true
+    u.resident += mapped as u32;
+    e.budget.charge(Gauge::Resident, mapped as i64);
+    ok
 }
 
 /// A page resident by the page map is not mapped in the region: its bytes are gone
