@@ -108,7 +108,8 @@
 //! **Keys and values.** See [`layout`]: one hash per group of 512 ids under a 128-bit random
 //! prefix; a 32-byte trailer (magic, version, id, generation, length, crc32c seeded with the
 //! prefix) after every payload; the generation in the field name. A write of a batch is one
-//! pipeline per group: `HSET key f1 v1 f2 v2 ...`, `PEXPIRE key ttl`, `WAIT n timeout`.
+//! pipeline per group: `MULTI`, `HSET key f1 v1 f2 v2 ...`, `PEXPIRE key ttl`, `EXEC` (a key never
+//! lands without its expiry), `WAIT n timeout`.
 //!
 //! **Retries.** redis-rs's own retries are off; every request runs under the store's loop:
 //! each attempt bounded by `op_timeout`, transient failures (MOVED/ASK, connection lost or

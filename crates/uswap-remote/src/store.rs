@@ -298,7 +298,8 @@ impl Shared {
     }
 
     /// Runs `pipe` (all of one slot) on `conn`, retrying transient failures for `retry_for`;
-    /// each attempt bounded by `op_timeout`. Error replies inside the pipeline count too.
+    /// each attempt bounded by `op_timeout`. Error replies inside the pipeline count too,
+    /// those of a transaction's commands (in `EXEC`'s answer) included.
     /// `waits_on`: the slot of a pipeline ending in `WAIT`, checked before every attempt.
     async fn run(
         &self,
@@ -323,9 +324,19 @@ impl Shared {
             .await;
             let failure = match attempt {
                 Ok(Ok(values)) => {
-                    match values.iter().find(|v| matches!(v, Value::ServerError(_))) {
+                    let is_err = |v: &&Value| matches!(v, Value::ServerError(_));
+                    let nested = |v: &Value| match v {
+                        Value::Array(vs) => vs.iter().find(is_err).cloned(),
+                        _ => None,
+                    };
+                    let err = values
+                        .iter()
+                        .find(is_err)
+                        .cloned()
+                        .or_else(|| values.iter().find_map(nested));
+                    match err {
                         None => return Ok(values),
-                        Some(err) => match err.clone().extract_error() {
+                        Some(err) => match err.extract_error() {
                             Err(e) => self.classify(&e),
                             Ok(_) => {
                                 Failure::Fatal(RemoteError::Server("unreadable error reply".into()))
@@ -448,6 +459,12 @@ impl Shared {
         let key = self.prefix.group_key(group);
         let slot = layout::slot_of(&key);
         let mut pipe = redis::pipe();
+        // The fields and their key's expiry as one transaction: pipelined apart, a
+        // connection lost or a replica promoted between them left a key with no expiry,
+        // kept forever once the pool was killed. A command refused while queued (an ACL,
+        // a slot moved) discards it all (EXECABORT), and the attempt is tried again or
+        // fails whole. `WAIT` stays outside: inside MULTI it does not block.
+        pipe.cmd("MULTI");
         let mut in_cmd = usize::MAX;
         for put in &items {
             let payload = &put.value;
@@ -463,6 +480,7 @@ impl Shared {
         pipe.cmd("PEXPIRE")
             .arg(&key)
             .arg(self.cfg.key_ttl.as_millis() as u64);
+        pipe.cmd("EXEC");
         if self.replicas_to_wait > 0 {
             pipe.cmd("WAIT")
                 .arg(self.replicas_to_wait)

@@ -352,6 +352,72 @@ fn damaged_values_are_corrupt_and_missing_values_lost() {
     );
 }
 
+/// A group's fields and its key's expiry land together or not at all: a user that may
+/// write fields but neither set expiries nor delete fields (an ACL, standing in for a
+/// connection lost or a replica promoted between the two commands, then the pool
+/// killed before it could clean up) gets its write refused whole, and no key is left
+/// without an expiry. Pipelined apart, the fields landed and the key had none
+/// (PTTL -1: kept forever once the pool is killed).
+#[test]
+fn a_group_never_lands_without_its_expiry() {
+    let cluster = Cluster::start(21260, DEADLINE);
+    for &port in &cluster.ports {
+        let ok = cluster.cli(
+            port,
+            &[
+                "ACL",
+                "SETUSER",
+                "nottl",
+                "on",
+                ">nottl-pw",
+                "~uswap:*",
+                "+@all",
+                "-pexpire",
+                "-hdel",
+            ],
+        );
+        assert_eq!(ok, "OK");
+    }
+    let mut cfg = cluster.config();
+    cfg.username = Some("nottl".into());
+    cfg.password = Some("nottl-pw".into());
+    let store = RemoteStore::connect(cfg).expect("connect as nottl");
+    let ids: Vec<u64> = (0..1500).collect(); // 3 groups
+    let err = store
+        .put_batch_blocking(ids.iter().map(|&id| (id, page(id, 1, 512))).collect())
+        .unwrap_err();
+    assert!(matches!(err, RemoteError::Denied { .. }), "{err}");
+    let no_expiry: Vec<String> = cluster
+        .nodes()
+        .iter()
+        .filter(|n| n.primary)
+        .flat_map(|n| {
+            let keys = cluster.cli(n.port, &["KEYS", "*"]);
+            keys.lines()
+                .filter(|k| !k.is_empty())
+                .filter(|k| cluster.cli(n.port, &["PTTL", k]).trim() == "-1")
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(no_expiry.is_empty(), "keys with no expiry: {no_expiry:?}");
+    assert_eq!(cluster.total_keys(), 0, "nothing written");
+    drop(store);
+    // The same writes by a user that may set expiries: every key has one.
+    let store = RemoteStore::connect(cluster.config()).expect("connect");
+    store
+        .put_batch_blocking(ids.iter().map(|&id| (id, page(id, 2, 512))).collect())
+        .unwrap();
+    for &id in &[0, 600, 1100] {
+        assert_eq!(store.get_blocking(id), Ok(page(id, 2, 512)));
+        let key = store.location(id).unwrap().key;
+        let port = cluster.primary_of_slot(cluster.keyslot(&key)).unwrap().port;
+        let pttl: i64 = cluster.cli(port, &["PTTL", &key]).parse().unwrap();
+        assert!(pttl > 0, "group of id {id}: PTTL {pttl}");
+    }
+    store.close().unwrap();
+}
+
 #[test]
 fn ttl_is_set_refreshed_and_close_deletes_everything() {
     let cluster = Cluster::start(21140, DEADLINE);
