@@ -149,6 +149,20 @@ fn mmap_munmap_mremap_madvise_mprotect() {
     assert_eq!(s["live_regions"].as_u64().unwrap(), 0, "{s}");
 }
 
+// MADV_WIPEONFORK / MADV_DONTFORK on uswap memory are refused (EINVAL): the program
+// then knows its child keeps the parent's bytes. Accepted as no-ops, the child read
+// them where the program expected zeros or no mapping.
+#[test]
+fn fork_advice_is_refused_not_ignored() {
+    let prog = cprog("forkadvice");
+    let p = prog.to_str().unwrap();
+    assert_ok(&plain(&[p]), "plain run");
+    let (out, stats) = under_uswap("16M", &[], &[p]);
+    assert_ok(&out, "under uswap");
+    assert_eq!(text(&out.stdout), "fork advice ok\n");
+    check_stats(&stats, 16 * MIB, 1);
+}
+
 #[test]
 fn four_threads_each_with_its_block() {
     let prog = cprog("thr");

@@ -1032,6 +1032,22 @@ fn reservation(len: usize, prot: c_int, flags: c_int, fd: c_int) -> bool {
         && flags & REFUSED_FLAGS == 0
 }
 
+/// MADV_WIPEONFORK / MADV_DONTFORK on `[s, e)`: refused (EINVAL, as the kernel refuses
+/// them where it cannot honor them) if any of it is uswap memory, else the kernel's. A
+/// region's pages live in the engine's regions and tiers, which a child inherits whole
+/// (fork.rs): accepted as no-ops, the child read the parent's bytes where the program
+/// had asked for zeros or no mapping. Refused, the program knows and keeps its own way
+/// (OpenSSL and glibc's arc4random fall back to checking the pid).
+fn fork_advice(s: usize, e: usize, kernel: impl Fn(usize, usize) -> c_int) -> c_int {
+    let gaps = table::gaps(s, e);
+    let covered: usize = gaps.iter().map(|&(a, z)| z - a).sum();
+    if covered < e - s {
+        sys::set_errno(libc::EINVAL);
+        return -1;
+    }
+    gaps_result(&gaps, kernel)
+}
+
 fn gaps_result(gaps: &[(usize, usize)], f: impl Fn(usize, usize) -> c_int) -> c_int {
     let mut rc = 0;
     for &(a, z) in gaps {
@@ -1305,6 +1321,7 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) 
             plan.finish();
             rc
         }
+        libc::MADV_WIPEONFORK | libc::MADV_DONTFORK => fork_advice(s, e, kernel),
         // Hints and flags that mean nothing to uswap memory (or would disturb the
         // engine's own placement): accepted, no-op.
         libc::MADV_NORMAL
@@ -1313,13 +1330,11 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) 
         | libc::MADV_WILLNEED
         | libc::MADV_HUGEPAGE
         | libc::MADV_NOHUGEPAGE
-        | libc::MADV_DONTFORK
         | libc::MADV_DOFORK
         | libc::MADV_MERGEABLE
         | libc::MADV_UNMERGEABLE
         | libc::MADV_DONTDUMP
         | libc::MADV_DODUMP
-        | libc::MADV_WIPEONFORK
         | libc::MADV_KEEPONFORK
         | libc::MADV_COLD
         | libc::MADV_PAGEOUT
