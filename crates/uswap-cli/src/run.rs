@@ -267,6 +267,11 @@ pub fn main(args: RunArgs) -> i32 {
         .env("USWAP_ENCRYPT", if args.encrypt { "on" } else { "off" })
         .envs(args.tiers.env())
         .env("USWAP_ROOT_PID", std::process::id().to_string());
+    // tcmalloc grows its heap with sbrk first, and the brk heap is no mapping the
+    // preload can place under uswap; with this it maps it (its own documented switch).
+    if std::env::var_os("TCMALLOC_SKIP_SBRK").is_none() {
+        cmd.env("TCMALLOC_SKIP_SBRK", "true");
+    }
     // The preload stays out of an executable it could harm (its children still run
     // under uswap).
     match (

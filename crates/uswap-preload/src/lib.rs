@@ -16,12 +16,18 @@
 //! - mid-size blocks are extents of a few large uswap areas, and the small blocks of
 //!   threads other than the main one come from uswap-backed arenas (`heap`).
 //!
+//! All of the malloc part holds only where glibc owns `malloc`. A program that brings
+//! its own allocator (jemalloc, tcmalloc, mimalloc) keeps it for every block; only its
+//! mappings go under uswap (`owner`, `plain`).
+//!
 //! Reentrancy: the engine itself allocates and maps memory and runs its own threads.
 //! A thread-local guard is set around every call into the engine and every use of the
 //! table; with it set, or on an engine thread (marked when started, see
 //! `pthread_create`), everything goes straight to glibc or the kernel.
 
 mod heap;
+mod owner;
+mod plain;
 mod resv;
 mod sys;
 mod table;
@@ -116,6 +122,31 @@ impl Drop for Inside {
 /// thread touching memory that faults to itself would wait for itself forever).
 fn bypass() -> bool {
     STATE.load(Relaxed) != 1 || T.with(|t| t.inside.get() || t.engine.get())
+}
+
+/// Where an allocation of the malloc family goes.
+enum Route {
+    /// glibc owns malloc: this library's own policy (uswap blocks, arenas, glibc).
+    Ours,
+    /// The library's own memory while another allocator owns malloc (or while the
+    /// owner is being found out): the plain heap.
+    Plain,
+    /// The program's allocator, unchanged.
+    Foreign(&'static owner::Foreign),
+}
+
+fn route() -> Route {
+    match owner::get() {
+        owner::Owner::Glibc => Route::Ours,
+        owner::Owner::Unknown => Route::Plain,
+        owner::Owner::Foreign(f) => {
+            if T.with(|t| t.inside.get() || t.engine.get()) {
+                Route::Plain
+            } else {
+                Route::Foreign(f)
+            }
+        }
+    }
 }
 
 type StartFn = extern "C" fn(*mut c_void) -> *mut c_void;
@@ -279,6 +310,16 @@ extern "C" fn init() {
     THRESHOLD.store(cfg.threshold, Relaxed);
     THREAD_ARENAS.store(cfg.thread_arenas, Relaxed);
     let stats = cfg.stats.is_some();
+    // Said where the figures go to stderr (as `uswap run` says where the swap is), and
+    // only for the case that changes what goes under uswap.
+    if let owner::Owner::Foreign(f) = owner::get() {
+        if cfg.stats.as_deref() == Some("-") {
+            eprint_line(&format!(
+                "malloc is {}'s: left to it (its mappings go under uswap)",
+                f.name
+            ));
+        }
+    }
     let _ = CONFIG.set(cfg);
     // SAFETY: registers plain extern "C" handlers that live as long as the process.
     unsafe {
@@ -475,9 +516,12 @@ extern "C" fn fork_prepare() {
     FORK_LOCK.with(|l| *l.borrow_mut() = Some(g));
     heap::fork_prepare();
     uswap::prepare_fork();
+    // Last: the steps above may allocate from it.
+    plain::fork_prepare();
 }
 
 extern "C" fn fork_parent() {
+    plain::fork_done();
     uswap::after_fork_parent();
     heap::fork_done();
     FORK_LOCK.with(|l| l.borrow_mut().take());
@@ -485,6 +529,7 @@ extern "C" fn fork_parent() {
 }
 
 extern "C" fn fork_child() {
+    plain::fork_done();
     uswap::after_fork_child();
     heap::fork_done();
     FORK_LOCK.with(|l| l.borrow_mut().take());
@@ -568,6 +613,11 @@ extern "C" fn print_stats() {
             "budget": cfg.budget,
             "threshold": cfg.threshold,
             "active": pool.is_some(),
+            "malloc": match owner::get() {
+                owner::Owner::Foreign(f) => f.name.as_str(),
+                _ => "glibc",
+            },
+            "plain_heap_bytes": plain::BYTES.load(Relaxed),
             "swap": pool.map(|p| p.swap_place()),
             "tier": cfg.tier.name(),
             "compressor": cfg.tier.is_compressed().then(|| cfg.compressor.to_string()),
@@ -715,6 +765,12 @@ fn free_ours(p: *mut c_void) -> bool {
 /// The C `malloc` contract.
 #[no_mangle]
 pub unsafe extern "C" fn malloc(size: size_t) -> *mut c_void {
+    match route() {
+        Route::Ours => {}
+        Route::Plain => return plain::alloc(size, heap::ARENA_ALIGN),
+        // SAFETY: the program's allocator's malloc: the same contract.
+        Route::Foreign(f) => return unsafe { (f.malloc)(size) },
+    }
     let p = if size >= threshold() {
         if bypass() {
             std::ptr::null_mut()
@@ -735,6 +791,23 @@ pub unsafe extern "C" fn malloc(size: size_t) -> *mut c_void {
 /// The C `calloc` contract.
 #[no_mangle]
 pub unsafe extern "C" fn calloc(nmemb: size_t, size: size_t) -> *mut c_void {
+    match route() {
+        Route::Ours => {}
+        Route::Plain => {
+            let Some(total) = nmemb.checked_mul(size) else {
+                sys::set_errno(libc::ENOMEM);
+                return std::ptr::null_mut();
+            };
+            let p = plain::alloc(total, heap::ARENA_ALIGN);
+            if !p.is_null() {
+                // SAFETY: a fresh block of `total` bytes (the heap reuses memory).
+                unsafe { std::ptr::write_bytes(p.cast::<u8>(), 0, total) };
+            }
+            return p;
+        }
+        // SAFETY: the program's allocator's calloc: the same contract.
+        Route::Foreign(f) => return unsafe { (f.calloc)(nmemb, size) },
+    }
     if let Some(total) = nmemb.checked_mul(size) {
         if total >= threshold() && !bypass() {
             // A fresh block reads as zeros: nothing to clear.
@@ -758,7 +831,24 @@ pub unsafe extern "C" fn calloc(nmemb: size_t, size: size_t) -> *mut c_void {
 /// The C `free` contract: `p` is null or a live block from this allocator.
 #[no_mangle]
 pub unsafe extern "C" fn free(p: *mut c_void) {
-    if p.is_null() || free_ours(p) {
+    if p.is_null() {
+        return;
+    }
+    // Whoever frees it, a block is its allocator's: the plain heap's by address, the
+    // rest the owner's.
+    if plain::contains(p as usize) {
+        // SAFETY: the free contract: a live block, of the plain heap.
+        return unsafe { plain::free(p) };
+    }
+    match owner::get() {
+        owner::Owner::Glibc => {}
+        // SAFETY: not the plain heap's, so the program allocator's.
+        owner::Owner::Foreign(f) => return unsafe { (f.free)(p) },
+        // Nothing was handed out before the owner was known: not a block of ours to
+        // give to anyone (left alone).
+        owner::Owner::Unknown => return,
+    }
+    if free_ours(p) {
         return;
     }
     // SAFETY: not ours, so glibc's.
@@ -801,6 +891,19 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: size_t) -> *mut c_void {
         // SAFETY: the free contract (glibc frees and returns null too).
         unsafe { free(p) };
         return std::ptr::null_mut();
+    }
+    if plain::contains(p as usize) {
+        // SAFETY: a live block of the plain heap (the realloc contract).
+        return unsafe { plain::realloc(p, size) };
+    }
+    match owner::get() {
+        owner::Owner::Glibc => {}
+        // SAFETY: not the plain heap's, so the program allocator's.
+        owner::Owner::Foreign(f) => return unsafe { (f.realloc)(p, size) },
+        owner::Owner::Unknown => {
+            sys::set_errno(libc::ENOMEM);
+            return std::ptr::null_mut();
+        }
     }
     let old = match block_of(p) {
         Block::Glibc => {
@@ -901,10 +1004,26 @@ fn aligned_ours(align: usize, size: usize) -> *mut c_void {
     }
 }
 
+/// A plain-heap block with alignment `align` (glibc's memalign rounding), or null.
+fn plain_aligned(align: usize, size: usize) -> *mut c_void {
+    match align.checked_next_power_of_two() {
+        Some(a) if a <= UNIT => plain::alloc(size, a),
+        _ => {
+            sys::set_errno(libc::EINVAL);
+            std::ptr::null_mut()
+        }
+    }
+}
+
 /// # Safety
 /// The C `memalign` contract.
 #[no_mangle]
 pub unsafe extern "C" fn memalign(align: size_t, size: size_t) -> *mut c_void {
+    match route() {
+        Route::Ours => {}
+        Route::Plain => return plain_aligned(align, size),
+        Route::Foreign(f) => return f.memalign(align, size),
+    }
     let p = aligned_ours(align, size);
     if p.is_null() {
         sys::memalign(align, size)
@@ -932,12 +1051,26 @@ pub unsafe extern "C" fn posix_memalign(
     if !align.is_power_of_two() || !align.is_multiple_of(std::mem::size_of::<*mut c_void>()) {
         return libc::EINVAL;
     }
-    let mut p = aligned_ours(align, size);
-    if p.is_null() {
-        p = sys::memalign(align, size);
-        if p.is_null() && size != 0 {
-            return libc::ENOMEM;
+    let p = match route() {
+        Route::Ours => {
+            let p = aligned_ours(align, size);
+            if p.is_null() {
+                sys::memalign(align, size)
+            } else {
+                p
+            }
         }
+        Route::Plain => plain_aligned(align, size),
+        Route::Foreign(f) => {
+            if let Some(pm) = f.posix_memalign {
+                // SAFETY: the program's allocator's posix_memalign: the same contract.
+                return unsafe { pm(out, align, size) };
+            }
+            f.memalign(align, size)
+        }
+    };
+    if p.is_null() && size != 0 {
+        return libc::ENOMEM;
     }
     // SAFETY: the caller's contract.
     unsafe { *out = p };
@@ -948,6 +1081,17 @@ pub unsafe extern "C" fn posix_memalign(
 /// The C `valloc` contract.
 #[no_mangle]
 pub unsafe extern "C" fn valloc(size: size_t) -> *mut c_void {
+    match route() {
+        Route::Ours => {}
+        Route::Plain => return plain_aligned(table::PAGE, size),
+        Route::Foreign(f) => {
+            return match f.valloc {
+                // SAFETY: the program's allocator's valloc: the same contract.
+                Some(v) => unsafe { v(size) },
+                None => f.memalign(table::PAGE, size),
+            };
+        }
+    }
     let p = if size >= threshold() {
         aligned_ours(table::PAGE, size)
     } else {
@@ -964,6 +1108,17 @@ pub unsafe extern "C" fn valloc(size: size_t) -> *mut c_void {
 /// The C `pvalloc` contract.
 #[no_mangle]
 pub unsafe extern "C" fn pvalloc(size: size_t) -> *mut c_void {
+    match route() {
+        Route::Ours => {}
+        Route::Plain => return plain_aligned(table::PAGE, table::page_up(size)),
+        Route::Foreign(f) => {
+            return match f.pvalloc {
+                // SAFETY: the program's allocator's pvalloc: the same contract.
+                Some(v) => unsafe { v(size) },
+                None => f.memalign(table::PAGE, table::page_up(size)),
+            };
+        }
+    }
     let size = table::page_up(size);
     let p = if size >= threshold() {
         aligned_ours(table::PAGE, size)
@@ -983,6 +1138,18 @@ pub unsafe extern "C" fn pvalloc(size: size_t) -> *mut c_void {
 pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> size_t {
     if p.is_null() {
         return 0;
+    }
+    if plain::contains(p as usize) {
+        // SAFETY: a live block of the plain heap.
+        return unsafe { plain::usable(p) };
+    }
+    match owner::get() {
+        owner::Owner::Glibc => {}
+        owner::Owner::Foreign(f) => {
+            // SAFETY: not the plain heap's, so the program allocator's.
+            return f.usable_size.map_or(0, |u| unsafe { u(p) });
+        }
+        owner::Owner::Unknown => return 0,
     }
     match block_of(p) {
         Block::Arena(idx, np) => {

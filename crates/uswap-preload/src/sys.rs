@@ -55,16 +55,17 @@ pub fn pvalloc(size: usize) -> *mut c_void {
 type UsableSizeFn = unsafe extern "C" fn(*mut c_void) -> size_t;
 static REAL_USABLE: std::sync::OnceLock<Option<UsableSizeFn>> = std::sync::OnceLock::new();
 
-/// glibc's `malloc_usable_size` (glibc exports no `__libc_` alias for it).
+/// glibc's `malloc_usable_size` (glibc exports no `__libc_` alias for it). Its
+/// versioned definition: the first unversioned one may be another allocator's, which
+/// cannot read glibc's blocks.
 ///
 /// # Safety
 /// `ptr` is null or a live block of glibc's allocator.
 pub unsafe fn usable_size(ptr: *mut c_void) -> usize {
     let f = REAL_USABLE.get_or_init(|| {
-        // SAFETY: dlsym with a NUL-terminated name; RTLD_NEXT skips this library. The
-        // symbol, when found, has the C signature of malloc_usable_size.
+        // SAFETY: the symbol, when found, has the C signature of malloc_usable_size.
         unsafe {
-            let p = libc::dlsym(libc::RTLD_NEXT, c"malloc_usable_size".as_ptr());
+            let p = crate::owner::glibc(c"malloc_usable_size");
             if p.is_null() {
                 None
             } else {
