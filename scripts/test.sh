@@ -44,6 +44,9 @@ need_tool javac default-jdk-headless
 need_tool node nodejs
 need_tool go golang-go
 add_apt redis-server redis-tools openssl   # crates/uswap-remote tests: a real local Redis Cluster (scripts/redis-cluster.sh; --tls needs openssl)
+# crates/uswap-cli/tests/run.rs: programs that bring their own allocator (issue 46),
+# linked (headers, .so) and preloaded; Debian's redis-server (above) links jemalloc.
+add_apt libjemalloc-dev libgoogle-perftools-dev libmimalloc-dev
 # gdb: the engine tests' watchdog prints every thread's backtrace when a test hangs
 # (crates/uswap/tests/common); without it, kernel stacks only.
 add_apt gdb

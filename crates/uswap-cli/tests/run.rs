@@ -988,3 +988,396 @@ fn fill_memcg_takes_the_cgroups_room() {
         text(&out.stderr)
     );
 }
+
+// ---- programs with their own allocator (issue 46) -----------------------------------
+
+/// The stats line of `program` (a prefix of its name) that used uswap, with the allocator `malloc_owner` (a
+/// part of its path, or "glibc") owning malloc, something swapped out, and a peak RSS
+/// under budget + `allowance`.
+fn check_owner_stats<'a>(
+    stats: &'a [Value],
+    program: &str,
+    malloc_owner: &str,
+    budget: u64,
+    allowance: u64,
+) -> &'a Value {
+    let s = stats
+        .iter()
+        .find(|s| {
+            s["program"]
+                .as_str()
+                .is_some_and(|p| p.starts_with(program))
+                && s["active"] == true
+        })
+        .unwrap_or_else(|| panic!("no stats of {program} that used uswap: {stats:?}"));
+    let owner = s["malloc"].as_str().unwrap_or("");
+    assert!(
+        owner.contains(malloc_owner),
+        "malloc owned by {owner:?}: {s}"
+    );
+    assert!(
+        s["counters"]["pswpout"].as_u64().unwrap() > 0,
+        "nothing swapped out: {s}"
+    );
+    assert!(
+        stat_u64(s, "peak_used_bytes") <= budget,
+        "engine over budget: {s}"
+    );
+    let hwm = stat_u64(s, "vm_hwm_bytes");
+    assert!(
+        hwm <= budget + allowance,
+        "peak RSS {hwm} over budget {budget} + {allowance}: {s}"
+    );
+    s
+}
+
+/// The path of the shared library `file` as the C compiler finds it, or a failure
+/// naming the package.
+fn c_library(file: &str, package: &str) -> String {
+    let out = Command::new("cc")
+        .arg(format!("-print-file-name={file}"))
+        .output()
+        .expect("run cc");
+    let p = text(&out.stdout).trim().to_string();
+    assert!(
+        p.starts_with('/') && Path::new(&p).exists(),
+        "{file} not found: install {package} (scripts/test.sh does) to run this test"
+    );
+    p
+}
+
+/// bigalloc.c (120 MiB of 1-9 MiB blocks, aligned blocks, 100,000 small ones) under a
+/// 32 MiB budget with jemalloc, tcmalloc and mimalloc owning malloc, each linked (with
+/// calls to its own API) and LD_PRELOADed into a plain program: the bytes read back
+/// exactly, the allocator keeps malloc, and its mappings are swapped out. And glibc's.
+#[test]
+fn own_allocators_linked_or_preloaded_keep_malloc_and_swap() {
+    let t0 = Instant::now();
+    let budget = 32 * MIB;
+    let src = progs_dir().join("bigalloc.c");
+    let plain_prog = cprog("bigalloc");
+    let p = plain_prog.to_str().unwrap();
+    let (out, stats) = under_uswap("32M", &[], &[p]);
+    assert_ok(&out, "bigalloc with glibc's malloc");
+    assert_eq!(text(&out.stdout), "bigalloc ok\n");
+    check_owner_stats(&stats, "bigalloc", "glibc", budget, ALLOWANCE);
+    for (name, define, link, so, package) in [
+        (
+            "jemalloc",
+            "-DJEMALLOC",
+            "-ljemalloc",
+            "libjemalloc.so.2",
+            "libjemalloc-dev",
+        ),
+        (
+            "tcmalloc",
+            "-DTCMALLOC",
+            "-ltcmalloc",
+            "libtcmalloc.so.4",
+            "libgoogle-perftools-dev",
+        ),
+        (
+            "mimalloc",
+            "-DMIMALLOC",
+            "-lmimalloc",
+            "libmimalloc.so.2",
+            "libmimalloc-dev",
+        ),
+    ] {
+        let lib = c_library(so, package);
+        let bin = tmpdir().join(format!("bigalloc-{name}-{}", std::process::id()));
+        let st = Command::new("cc")
+            .args(["-O2", define, "-o"])
+            .arg(&bin)
+            .arg(&src)
+            .arg(link)
+            .status()
+            .expect("run cc");
+        assert!(
+            st.success(),
+            "cc bigalloc.c {link} failed: install {package}"
+        );
+        let b = bin.to_str().unwrap();
+        let want = plain(&[b]);
+        assert_ok(&want, &format!("plain run, {name} linked"));
+        assert_eq!(text(&want.stdout), "bigalloc ok\n");
+        let (out, stats) = under_uswap("32M", &[], &[b]);
+        assert_ok(&out, &format!("{name} linked"));
+        assert_eq!(text(&out.stdout), "bigalloc ok\n", "{name} linked");
+        let s = check_owner_stats(&stats, "bigalloc", so, budget, ALLOWANCE);
+        eprintln!(
+            "ran: {name} linked: peak RSS {} MiB, pswpout {}",
+            stat_u64(s, "vm_hwm_bytes") >> 20,
+            s["counters"]["pswpout"]
+        );
+        // Preloaded into a program that knows nothing of it (uswap run puts its own
+        // library first).
+        let stats_file = tmpdir().join(format!("stats-pre-{name}-{}.jsonl", std::process::id()));
+        let mut cmd = Command::new(uswap_exe());
+        cmd.env("USWAP_PRELOAD", preload())
+            .env("LD_PRELOAD", &lib)
+            .args(["run", "--budget", "32M"])
+            .arg(format!("--stats={}", stats_file.display()))
+            .args(["--", p]);
+        let out = run_with_deadline(cmd, 120);
+        assert_ok(&out, &format!("{name} preloaded"));
+        assert_eq!(text(&out.stdout), "bigalloc ok\n", "{name} preloaded");
+        let stats: Vec<Value> = std::fs::read_to_string(&stats_file)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .map(|v| v["uswap_stats"].clone())
+            .collect();
+        check_owner_stats(&stats, "bigalloc", so, budget, ALLOWANCE);
+        let _ = std::fs::remove_file(&stats_file);
+    }
+    eprintln!("allocators: {:.1} s", t0.elapsed().as_secs_f64());
+}
+
+/// A RESP connection to a local Redis; every read and write fails after 60 s instead
+/// of hanging.
+struct Resp {
+    r: std::io::BufReader<std::net::TcpStream>,
+    w: std::net::TcpStream,
+}
+
+#[derive(Debug, PartialEq)]
+enum Reply {
+    Simple(String),
+    Bulk(Option<Vec<u8>>),
+    Int(i64),
+}
+
+impl Resp {
+    fn connect(port: u16, deadline: Instant) -> Resp {
+        loop {
+            match std::net::TcpStream::connect(("127.0.0.1", port)) {
+                Ok(s) => {
+                    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+                    s.set_write_timeout(Some(Duration::from_secs(60))).unwrap();
+                    let w = s.try_clone().unwrap();
+                    return Resp {
+                        r: std::io::BufReader::new(s),
+                        w,
+                    };
+                }
+                Err(e) if Instant::now() > deadline => panic!("redis did not listen: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    fn send(&mut self, args: &[&[u8]]) {
+        use std::io::Write;
+        let mut m = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            m.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            m.extend_from_slice(a);
+            m.extend_from_slice(b"\r\n");
+        }
+        self.w.write_all(&m).expect("write to redis");
+    }
+
+    fn line(&mut self) -> String {
+        use std::io::BufRead;
+        let mut l = String::new();
+        self.r.read_line(&mut l).expect("read from redis");
+        assert!(l.ends_with("\r\n"), "connection closed: {l:?}");
+        l.truncate(l.len() - 2);
+        l
+    }
+
+    fn reply(&mut self) -> Reply {
+        let l = self.line();
+        match l.as_bytes().first() {
+            Some(b'+') => Reply::Simple(l[1..].to_string()),
+            Some(b':') => Reply::Int(l[1..].parse().unwrap()),
+            Some(b'$') => {
+                let n: i64 = l[1..].parse().unwrap();
+                if n < 0 {
+                    return Reply::Bulk(None);
+                }
+                let mut b = vec![0; n as usize + 2];
+                std::io::Read::read_exact(&mut self.r, &mut b).expect("read from redis");
+                b.truncate(n as usize);
+                Reply::Bulk(Some(b))
+            }
+            _ => panic!("redis: {l}"),
+        }
+    }
+
+    fn call(&mut self, args: &[&[u8]]) -> Reply {
+        self.send(args);
+        self.reply()
+    }
+
+    fn ok(&mut self, args: &[&[u8]]) {
+        assert_eq!(self.call(args), Reply::Simple("OK".into()), "{args:?}");
+    }
+
+    fn bulk(&mut self, args: &[&[u8]]) -> Vec<u8> {
+        match self.call(args) {
+            Reply::Bulk(Some(b)) => b,
+            r => panic!("{r:?} to {args:?}"),
+        }
+    }
+}
+
+/// A free loopback port (a small race with other programs, none with these tests:
+/// each asks the kernel for its own).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `len` bytes of xorshift64 from `seed`.
+fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut v = Vec::with_capacity(len + 8);
+    while v.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+/// Debian's redis-server (linked to libjemalloc.so.2; it crashed at start under the
+/// preload) under a 64 MiB budget: 192 MiB of random values and 100,000 small ones,
+/// their digest before and after a BGSAVE (a fork whose child writes them all), every
+/// big value read back exactly, a clean SHUTDOWN, and jemalloc's arenas swapped out.
+#[test]
+fn debian_redis_with_jemalloc_3x_the_budget() {
+    let redis = need("redis-server", "redis-server");
+    let t0 = Instant::now();
+    let budget = 64 * MIB;
+    let dir = support::TempDir::new(&tmpdir(), "redis");
+    let stats_file = dir.path().join("stats.jsonl");
+    let port = free_port();
+    let mut cmd = Command::new(uswap_exe());
+    cmd.env("USWAP_PRELOAD", preload())
+        .args(["run", "--budget", "64M"])
+        .arg(format!("--stats={}", stats_file.display()))
+        .arg("--")
+        .arg(&redis)
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no", "--rdbcompression", "no"])
+        .args(["--enable-debug-command", "local", "--daemonize", "no"])
+        .arg("--dir")
+        .arg(dir.path());
+    // Watchdog: the whole conversation has 150 s; past that the process group is
+    // killed and the test fails.
+    let mut child = {
+        use std::os::unix::process::CommandExt;
+        cmd.process_group(0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start uswap run redis-server")
+    };
+    let pgid = child.id() as i32;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watchdog = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let end = Instant::now() + Duration::from_secs(150);
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                if Instant::now() > end {
+                    // SAFETY: kill(2) on the process group this test started.
+                    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            false
+        })
+    };
+    let conversation = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut r = Resp::connect(port, Instant::now() + Duration::from_secs(30));
+        assert_eq!(r.call(&[b"PING"]), Reply::Simple("PONG".into()));
+        const BIG: usize = 48;
+        const BIG_LEN: usize = 4 << 20;
+        for i in 0..BIG {
+            let v = random_bytes(i as u64 + 1, BIG_LEN);
+            r.ok(&[b"SET", format!("big:{i}").as_bytes(), &v]);
+        }
+        r.ok(&[b"DEBUG", b"POPULATE", b"100000", b"small", b"100"]);
+        let digest = r.call(&[b"DEBUG", b"DIGEST"]);
+        assert!(matches!(&digest, Reply::Simple(d) if d.len() == 40), "{digest:?}");
+        assert_eq!(
+            r.call(&[b"BGSAVE"]),
+            Reply::Simple("Background saving started".into())
+        );
+        let info = loop {
+            let info = text(&r.bulk(&[b"INFO", b"persistence"]));
+            if info.contains("rdb_bgsave_in_progress:0") {
+                break info;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert!(info.contains("rdb_last_bgsave_status:ok"), "{info}");
+        let rdb = std::fs::metadata(dir.path().join("dump.rdb")).expect("dump.rdb");
+        assert!(
+            rdb.len() > (BIG * BIG_LEN) as u64,
+            "dump.rdb: {} bytes",
+            rdb.len()
+        );
+        assert_eq!(r.call(&[b"DEBUG", b"DIGEST"]), digest, "digest changed");
+        for i in 0..BIG {
+            let v = r.bulk(&[b"GET", format!("big:{i}").as_bytes()]);
+            assert!(v == random_bytes(i as u64 + 1, BIG_LEN), "big:{i} differs");
+        }
+        for j in [0, 1, 4242, 99_999] {
+            let mut want = format!("value:{j}").into_bytes();
+            want.resize(100, 0);
+            assert_eq!(r.bulk(&[b"GET", format!("small:{j}").as_bytes()]), want);
+        }
+        assert_eq!(r.call(&[b"DBSIZE"]), Reply::Int(100_000 + BIG as i64));
+        // SHUTDOWN answers nothing: the connection closes.
+        r.send(&[b"SHUTDOWN", b"NOSAVE"]);
+        let mut rest = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut r.r, &mut rest);
+    }));
+    let status = if conversation.is_ok() {
+        child.wait().expect("wait")
+    } else {
+        // SAFETY: kill(2) on the process group this test started.
+        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        child.wait().expect("wait")
+    };
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let killed = watchdog.join().unwrap();
+    let mut err = String::new();
+    let _ = std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err);
+    let mut log = String::new();
+    let _ = std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut log);
+    assert!(
+        !killed,
+        "redis under uswap did not finish in 150 s\n{log}\n{err}"
+    );
+    if let Err(e) = conversation {
+        eprintln!("redis log:\n{log}\nstderr:\n{err}");
+        std::panic::resume_unwind(e);
+    }
+    assert!(status.success(), "{status:?}\n{log}\n{err}");
+    let stats: Vec<Value> = std::fs::read_to_string(&stats_file)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|v| v["uswap_stats"].clone())
+        .collect();
+    let s = check_owner_stats(&stats, "redis-server", "libjemalloc", budget, ALLOWANCE);
+    eprintln!(
+        "ran: redis-server, 192 MiB of values at --budget 64M: peak RSS {} MiB, pswpout {}, \
+         {:.1} s",
+        stat_u64(s, "vm_hwm_bytes") >> 20,
+        s["counters"]["pswpout"],
+        t0.elapsed().as_secs_f64()
+    );
+}
