@@ -209,6 +209,11 @@ fn evict_unit(
                 left.push((idx[j], dst[j]));
             } else {
                 unused.push(dst[j]);
+                // Still here (pinned, locked, under migration): passed over by the
+                // next evictions, tried again ever less often, never spun on.
+                if matches!(u.get(idx[j]), PageState::Resident { .. }) {
+                    u.keep(idx[j]);
+                }
             }
             k += m + 1;
             continue;
@@ -368,14 +373,14 @@ fn refused_page(
         // the page): not gone; it stays for now.
         Some(info) if !info.present => false,
         Some(info) if info.exclusive && err.raw_os_error() == Some(libc::EBUSY) => false,
-        Some(_) => copy_out(e, r, addr, frame),
+        Some(_) => copy_out(r, addr, frame),
         None => false,
     }
 }
 
 /// Detach a page that cannot move: write-protect it so that the program's next write
 /// waits, copy it into the frame, drop it from the region. Under the unit's lock.
-fn copy_out(e: &Engine, r: &RegionInner, addr: usize, frame: usize) -> bool {
+fn copy_out(r: &RegionInner, addr: usize, frame: usize) -> bool {
     if r.uffd
         .write_protect(addr, PAGE_SIZE, true, Wake::No)
         .is_err()
@@ -396,6 +401,12 @@ fn copy_out(e: &Engine, r: &RegionInner, addr: usize, frame: usize) -> bool {
         let _ = r.uffd.write_protect(addr, PAGE_SIZE, false, Wake::Yes);
         return false;
     }
-    e.zapper.zap(&[(addr, PAGE_SIZE)]);
+    // Checked: a page the kernel will not drop (locked by the program behind uswap's
+    // back, by a raw system call) stays mapped, and an engine that counted it as gone
+    // would answer the program's next write to it by waking it forever.
+    if !crate::sys::mem::zap_now(addr, PAGE_SIZE) {
+        let _ = r.uffd.write_protect(addr, PAGE_SIZE, false, Wake::Yes);
+        return false;
+    }
     true
 }

@@ -103,6 +103,13 @@ pub(crate) fn unmap(addr: usize, len: usize) {
     unsafe { libc::munmap(addr as *mut libc::c_void, len) };
 }
 
+/// MADV_DONTNEED on `[addr, addr + len)` now; false where the kernel refused (a
+/// range the program locked: the kernel drops no locked page).
+pub(crate) fn zap_now(addr: usize, len: usize) -> bool {
+    // SAFETY: drops pages of a range the caller owns and has copied what it needs.
+    unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_DONTNEED) == 0 }
+}
+
 /// Populate `len` bytes at `addr` for writing (zeroed pages, a THP where allowed).
 pub(crate) fn populate_write(addr: usize, len: usize) -> bool {
     // SAFETY: populates a range of a mapping the engine owns; no data is changed
