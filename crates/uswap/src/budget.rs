@@ -51,6 +51,12 @@ pub(crate) struct Budget {
     cached: AtomicI64,
     spare: AtomicI64,
     pool: AtomicI64,
+    /// Region pages the program locked (mlock): resident for good, so outside `used`
+    /// and the limit (reclaim could never bring them under it); the rest of the
+    /// program's memory keeps to the budget.
+    locked: AtomicI64,
+    /// Highest `locked` seen (pages).
+    locked_peak: AtomicI64,
     /// Bytes of metadata charged (page maps, slot tables, fixed buffers).
     metadata: AtomicU64,
     /// Bytes of metadata of regions being created: out of the limit at once, in the
@@ -100,6 +106,8 @@ impl Budget {
             cached: AtomicI64::new(0),
             spare: AtomicI64::new(0),
             pool: AtomicI64::new(0),
+            locked: AtomicI64::new(0),
+            locked_peak: AtomicI64::new(0),
             metadata: AtomicU64::new(0),
             metadata_reserved: AtomicU64::new(0),
             promised: AtomicI64::new(0),
@@ -181,6 +189,30 @@ impl Budget {
     pub(crate) fn transfer(&self, from: Gauge, to: Gauge, n: i64) {
         self.gauge(from).fetch_sub(n, Relaxed);
         self.gauge(to).fetch_add(n, Relaxed);
+    }
+
+    /// `n` resident pages become locked: they leave the limit's count.
+    pub(crate) fn lock(&self, n: i64) {
+        self.uncharge(Gauge::Resident, n);
+        let now = self.locked.fetch_add(n, Relaxed) + n;
+        self.locked_peak.fetch_max(now, Relaxed);
+    }
+
+    /// `n` locked pages become ordinary resident pages again, counted at once (over
+    /// the limit, if so, until reclaim catches up: as a fault that gave up waiting).
+    pub(crate) fn unlock(&self, n: i64) {
+        self.locked.fetch_sub(n, Relaxed);
+        self.charge_reclaim(Gauge::Resident, n);
+    }
+
+    /// Locked pages now.
+    pub(crate) fn locked_pages(&self) -> i64 {
+        self.locked.load(Relaxed)
+    }
+
+    /// Most pages locked at once.
+    pub(crate) fn locked_peak_pages(&self) -> i64 {
+        self.locked_peak.load(Relaxed)
     }
 
     /// Set gauge `g` to `pages` (a tier that knows its own size, e.g. the compressed

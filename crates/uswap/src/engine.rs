@@ -231,6 +231,8 @@ impl Engine {
         c.slots_used = self.slots.used();
         c.resident_bytes = pages(Gauge::Resident);
         c.cached_bytes = pages(Gauge::Cached);
+        c.locked_bytes = self.budget.locked_pages().max(0) as u64 * PAGE_SIZE as u64;
+        c.peak_locked_bytes = self.budget.locked_peak_pages().max(0) as u64 * PAGE_SIZE as u64;
         c.metadata_bytes = self.budget.metadata_bytes().0;
         c.peak_used_bytes = self.budget.peak_bytes();
         c.thp_swpin_recycled = self.frames.huge_recycled();

@@ -33,6 +33,7 @@ pub mod error;
 mod fault;
 pub mod fork;
 mod frames;
+mod lock;
 pub mod memcg;
 pub mod pagemap;
 pub mod pool;
@@ -65,6 +66,15 @@ pub use size::{format_size, parse_size};
 pub use stats::Counters;
 /// The file tier's swap file or device (placement, growth), for tools and tests.
 pub use tier::file::SwapFile;
+
+/// The address ranges of the engine's own mappings in this process (its regions,
+/// frame arenas and spare THPs), as `(start, end)`. A library that locks a program's
+/// memory for it (mlockall) leaves these to [`Region::lock`]: the kernel moves no page
+/// between a locked and an unlocked mapping, and a frame arena locked whole would be
+/// populated whole.
+pub fn engine_mappings() -> Vec<(usize, usize)> {
+    sys::mem::own_mappings()
+}
 
 /// Base page size the engine manages.
 pub const PAGE_SIZE: usize = 4096;

@@ -97,6 +97,11 @@ pub struct UnitPages {
     kept_passes: u8,
     /// Evictions between tries (`KEPT_RETRY_MIN` up to `KEPT_RETRY_MAX`).
     kept_interval: u8,
+    /// Resident pages the program locked (mlock): reclaim never picks them, and they
+    /// are counted in the budget's locked gauge instead of the resident one. Whoever
+    /// makes a locked page stop being resident releases its lock first
+    /// ([`crate::lock::release`]).
+    locked: [u64; UNIT_PAGES / 64],
 }
 
 /// See `UnitPages::kept`.
@@ -120,6 +125,20 @@ impl UnitPages {
     /// Mark resident page `i` as one no tier takes (see `kept`).
     pub(crate) fn keep(&mut self, i: usize) {
         self.kept[i / 64] |= 1 << (i % 64);
+    }
+    /// Whether page `i` is locked (see `locked`).
+    pub(crate) fn is_locked(&self, i: usize) -> bool {
+        self.locked[i / 64] & (1 << (i % 64)) != 0
+    }
+    /// Mark page `i` locked or not; returns whether that changed anything.
+    pub(crate) fn set_locked(&mut self, i: usize, on: bool) -> bool {
+        let was = self.is_locked(i);
+        if on {
+            self.locked[i / 64] |= 1 << (i % 64);
+        } else {
+            self.locked[i / 64] &= !(1 << (i % 64));
+        }
+        was != on
     }
     /// Whether reclaim passes over page `i` now.
     pub(crate) fn is_kept(&self, i: usize) -> bool {
@@ -166,6 +185,7 @@ impl Unit {
                 kept: [0; UNIT_PAGES / 64],
                 kept_passes: 0,
                 kept_interval: KEPT_RETRY_MIN,
+                locked: [0; UNIT_PAGES / 64],
             }),
             referenced: AtomicBool::new(false),
             on_lru: AtomicBool::new(false),

@@ -134,4 +134,43 @@ impl Region {
         );
         Ok(())
     }
+
+    /// Lock `[offset, offset + len)` (page aligned, inside the region) as mlock does:
+    /// every page is faulted in now from this thread, and reclaim never swaps it out
+    /// until [`Region::unlock`] (or a discard, or the region's end). Locked pages are
+    /// counted outside the budget (`Counters::locked_bytes`). Returns the bytes newly
+    /// locked. Call it before locking the range in the kernel, if at all: the engine
+    /// cannot move pages into a locked mapping, so they must all be there first.
+    pub fn lock(&self, offset: usize, len: usize) -> crate::Result<u64> {
+        let (first, n) = self.page_range("lock", offset, len)?;
+        // No fork guard around the fault-in: a fork being prepared waits for active
+        // callers, and the faults need the fault thread, which would wait for the
+        // fork (`lock` takes the guard around each unit's marking instead).
+        Ok(crate::lock::lock(&self.engine, &self.inner, first, n) * crate::PAGE_SIZE as u64)
+    }
+
+    /// Undo [`Region::lock`] on `[offset, offset + len)`: the pages are swappable
+    /// again and count against the budget. Returns the bytes that were locked.
+    pub fn unlock(&self, offset: usize, len: usize) -> crate::Result<u64> {
+        let (first, n) = self.page_range("unlock", offset, len)?;
+        Ok(crate::lock::unlock(&self.engine, &self.inner, first, n) * crate::PAGE_SIZE as u64)
+    }
+
+    fn page_range(&self, what: &str, offset: usize, len: usize) -> crate::Result<(u64, u64)> {
+        if !offset.is_multiple_of(crate::PAGE_SIZE)
+            || !len.is_multiple_of(crate::PAGE_SIZE)
+            || offset.checked_add(len).is_none_or(|e| e > self.len())
+        {
+            return Err(crate::Error::InvalidRegionSize {
+                size: len as u64,
+                reason: format!(
+                    "{what} range {offset:#x}+{len:#x} is not page aligned inside the region"
+                ),
+            });
+        }
+        Ok((
+            (offset / crate::PAGE_SIZE) as u64,
+            (len / crate::PAGE_SIZE) as u64,
+        ))
+    }
 }

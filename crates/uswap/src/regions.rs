@@ -193,6 +193,7 @@ fn drop_page(e: &Engine, r: &RegionInner, u: &mut UnitPages, p: u64) -> Option<u
             if let Some(s) = slot {
                 e.tiers.release(e, s);
             }
+            crate::lock::release(e, u, i);
             u.resident -= 1;
             e.budget.uncharge(crate::budget::Gauge::Resident, 1);
             Some(r.page_addr(p))
@@ -228,6 +229,7 @@ pub(crate) fn discard(e: &Engine, r: &RegionInner, first: u64, n: u64) {
             return;
         }
         let mut zap: Vec<(usize, usize)> = Vec::new();
+        let locked = (p..stop).any(|q| u.is_locked(q as usize % UNIT_PAGES));
         for q in p..stop {
             if let Some(a) = drop_page(e, r, &mut u, q) {
                 match zap.last_mut() {
@@ -238,6 +240,13 @@ pub(crate) fn discard(e: &Engine, r: &RegionInner, first: u64, n: u64) {
         }
         // (`clean_by_move` stays: the unit's other pages mapped clean by a move may
         // still have been written unseen.)
+        if locked {
+            // The kernel drops no locked page: discarded memory is unlocked (the
+            // kernel refuses MADV_DONTNEED there; the program asked for zeros).
+            for &(a, l) in &zap {
+                crate::sys::mem::munlock(a, l);
+            }
+        }
         e.zapper.zap(&zap);
         // Whoever waited on these pages faults again and finds them untouched.
         let _ = r.uffd.wake(r.page_addr(p), (stop - p) as usize * PAGE_SIZE);

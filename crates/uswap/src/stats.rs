@@ -20,6 +20,11 @@ macro_rules! counters {
             pub slots_used: u64,
             /// Bytes of region memory mapped now.
             pub resident_bytes: u64,
+            /// Bytes of region memory the program locked (mlock) now: resident, never
+            /// swapped, outside the budget.
+            pub locked_bytes: u64,
+            /// Most bytes locked at once (see `locked_bytes`).
+            pub peak_locked_bytes: u64,
             /// Bytes held in the swap cache now (clean copies and pages under I/O).
             pub cached_bytes: u64,
             /// Bytes of engine metadata (page maps, swap map, warm frames) counted against

@@ -300,6 +300,7 @@ pub(super) fn heal_missing_resident(e: &Engine, r: &RegionInner, u: &mut UnitPag
     if let PageState::Resident { slot: Some(s), .. } = u.get(i) {
         e.tiers.release(e, s);
     }
+    crate::lock::release(e, u, i);
     u.set(i, PageState::Poisoned);
     u.resident -= 1;
     e.budget.uncharge(Gauge::Resident, 1);

@@ -169,7 +169,7 @@ fn evict_unit(
     }
     let idx: Vec<usize> = (0..UNIT_PAGES)
         .filter(|&i| match u.get(i) {
-            PageState::Resident { .. } if u.is_kept(i) => false,
+            PageState::Resident { .. } if u.is_kept(i) || u.is_locked(i) => false,
             s @ PageState::Resident { .. } if leaves_without_write(s) => true,
             PageState::Resident { .. } if dirty_room > 0 => {
                 dirty_room -= 1;

@@ -43,7 +43,48 @@ pub(crate) fn map_aligned(len: usize, huge: bool) -> Result<usize> {
     };
     // SAFETY: advice on the mapping made above.
     unsafe { libc::madvise(aligned as *mut libc::c_void, len, adv) };
+    note_mapped(aligned, len);
     Ok(aligned)
+}
+
+/// The address ranges of the engine's own mappings (regions, frame arenas, spares):
+/// start → end.
+static MAPPED: Mutex<std::collections::BTreeMap<usize, usize>> =
+    Mutex::new(std::collections::BTreeMap::new());
+
+fn note_mapped(addr: usize, len: usize) {
+    note_unmapped(addr, len);
+    MAPPED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(addr, addr + len);
+}
+
+fn note_unmapped(addr: usize, len: usize) {
+    let end = addr + len;
+    let mut m = MAPPED.lock().unwrap_or_else(|p| p.into_inner());
+    let hit: Vec<(usize, usize)> = m
+        .range(..end)
+        .filter(|&(_, &z)| z > addr)
+        .map(|(&a, &z)| (a, z))
+        .collect();
+    for (a, z) in hit {
+        m.remove(&a);
+        if a < addr {
+            m.insert(a, addr);
+        }
+        if z > end {
+            m.insert(end, z);
+        }
+    }
+}
+
+/// The engine's own mappings now, as `(start, end)`: what a program's mlockall must
+/// leave to the engine (a frame arena locked whole would be populated whole, and the
+/// kernel moves no page between a locked and an unlocked mapping).
+pub(crate) fn own_mappings() -> Vec<(usize, usize)> {
+    let m = MAPPED.lock().unwrap_or_else(|p| p.into_inner());
+    m.iter().map(|(&a, &z)| (a, z)).collect()
 }
 
 /// An anonymous private mapping of `len` bytes at `addr` (MAP_FIXED: it replaces what
@@ -77,6 +118,11 @@ pub(crate) fn map_fixed(addr: usize, len: usize, prot: libc::c_int, huge: bool) 
     };
     // SAFETY: advice on the mapping made above.
     unsafe { libc::madvise(addr as *mut libc::c_void, len, adv) };
+    if prot == libc::PROT_NONE {
+        note_unmapped(addr, len);
+    } else {
+        note_mapped(addr, len);
+    }
     Ok(p as usize)
 }
 
@@ -101,6 +147,7 @@ pub(crate) unsafe fn read_own_memory(src: usize, dst: usize, len: usize) -> bool
 pub(crate) fn unmap(addr: usize, len: usize) {
     // SAFETY: the caller owns the range and nothing refers to it any more.
     unsafe { libc::munmap(addr as *mut libc::c_void, len) };
+    note_unmapped(addr, len);
 }
 
 /// MADV_DONTNEED on `[addr, addr + len)` now; false where the kernel refused (a
@@ -108,6 +155,13 @@ pub(crate) fn unmap(addr: usize, len: usize) {
 pub(crate) fn zap_now(addr: usize, len: usize) -> bool {
     // SAFETY: drops pages of a range the caller owns and has copied what it needs.
     unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_DONTNEED) == 0 }
+}
+
+/// Unlock `[addr, addr + len)` in the kernel (munlock), so that the engine can drop
+/// pages of a range the program locked: the kernel drops no locked page.
+pub(crate) fn munlock(addr: usize, len: usize) {
+    // SAFETY: changes no data; only the lock of a range of the engine's mappings.
+    unsafe { libc::munlock(addr as *const libc::c_void, len) };
 }
 
 /// Populate `len` bytes at `addr` for writing (zeroed pages, a THP where allowed).
