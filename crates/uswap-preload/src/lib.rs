@@ -10,6 +10,8 @@
 //! - `mmap`/`mmap64` of anonymous private read-write memory (or private /dev/zero) of at
 //!   least the threshold, and `munmap`, `mremap`, `madvise`, `mprotect` on what was
 //!   handed out;
+//! - `mlock`, `mlock2`, `munlock`, `mlockall`, `munlockall` on that memory: locked by
+//!   the engine, outside the budget (`mlock`);
 //! - reservations: PROT_NONE anonymous mappings of at least the threshold are recorded
 //!   and the parts the program commits (mprotect, mmap MAP_FIXED) become uswap memory
 //!   (`resv`);
@@ -26,6 +28,7 @@
 //! `pthread_create`), everything goes straight to glibc or the kernel.
 
 mod heap;
+mod mlock;
 mod owner;
 mod plain;
 mod resv;

@@ -160,3 +160,24 @@ pub unsafe fn copy(dst: *mut c_void, src: *const c_void, n: usize) {
     // SAFETY: the caller's contract.
     unsafe { std::ptr::copy_nonoverlapping(src.cast::<u8>(), dst.cast::<u8>(), n) }
 }
+
+/// The raw mlock2 system call (flags: 0 or MLOCK_ONFAULT), by address.
+pub fn mlock2(addr: usize, len: usize, flags: c_int) -> c_int {
+    // SAFETY: the raw mlock2 system call; it changes no data and checks the range.
+    unsafe { libc::syscall(libc::SYS_mlock2, addr, len, flags) as c_int }
+}
+
+pub fn munlock(addr: usize, len: usize) -> c_int {
+    // SAFETY: the raw munlock system call; it changes no data and checks the range.
+    unsafe { libc::syscall(libc::SYS_munlock, addr, len) as c_int }
+}
+
+pub fn mlockall(flags: c_int) -> c_int {
+    // SAFETY: the raw mlockall system call with the caller's flags.
+    unsafe { libc::syscall(libc::SYS_mlockall, flags) as c_int }
+}
+
+pub fn munlockall() -> c_int {
+    // SAFETY: the raw munlockall system call.
+    unsafe { libc::syscall(libc::SYS_munlockall) as c_int }
+}

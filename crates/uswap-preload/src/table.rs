@@ -117,6 +117,7 @@ pub fn insert_block(
         pinned: false,
     };
     lock().insert(base, entry);
+    crate::mlock::on_new_block(base, live_len.min(len));
     base
 }
 
