@@ -51,6 +51,9 @@ add_apt libjemalloc-dev libgoogle-perftools-dev libmimalloc-dev
 # (crates/uswap/tests/common); without it, kernel stacks only.
 add_apt gdb
 add_apt util-linux mount e2fsprogs # losetup, mount, mkswap, mkfs.ext4: swap place tests
+# memtester: it mlocks its buffer (crates/uswap-cli/tests/run.rs, locked memory);
+# setpriv (util-linux) runs a program without CAP_IPC_LOCK for the refused mlock.
+add_apt memtester
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "installing Debian packages: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -26,6 +26,18 @@ const ALLOWANCE: u64 = 64 * MIB;
 
 /// `uswap run --budget B --stats=FILE [extra] -- prog args`: (output, stats lines).
 fn under_uswap(budget: &str, extra: &[&str], prog: &[&str]) -> (Output, Vec<Value>) {
+    under_uswap_via(&[], budget, extra, prog, 240)
+}
+
+/// [`under_uswap`] with `uswap` started by `wrapper` (a command line it appends the
+/// `uswap run ...` arguments to), and a deadline of `secs` seconds.
+fn under_uswap_via(
+    wrapper: &[&str],
+    budget: &str,
+    extra: &[&str],
+    prog: &[&str],
+    secs: u64,
+) -> (Output, Vec<Value>) {
     let lib = preload();
     // one file per call: tests run in parallel, and two running the same program (`sh`)
     // shared a file (one `uswap run` started it afresh while the other's processes wrote)
@@ -37,14 +49,21 @@ fn under_uswap(budget: &str, extra: &[&str], prog: &[&str]) -> (Output, Vec<Valu
         prog[0].rsplit('/').next().unwrap_or("p")
     ));
     let _ = std::fs::remove_file(&stats);
-    let mut cmd = Command::new(uswap_exe());
+    let mut cmd = match wrapper.split_first() {
+        Some((w, rest)) => {
+            let mut c = Command::new(w);
+            c.args(rest).arg(uswap_exe());
+            c
+        }
+        None => Command::new(uswap_exe()),
+    };
     cmd.env("USWAP_PRELOAD", lib)
         .args(["run", "--budget", budget])
         .arg(format!("--stats={}", stats.display()))
         .args(extra)
         .arg("--")
         .args(prog);
-    let out = run_with_deadline(cmd, 240);
+    let out = run_with_deadline(cmd, secs);
     let lines = std::fs::read_to_string(&stats)
         .unwrap_or_default()
         .lines()
@@ -1385,5 +1404,123 @@ fn debian_redis_with_jemalloc_3x_the_budget() {
         stat_u64(s, "vm_hwm_bytes") >> 20,
         s["counters"]["pswpout"],
         t0.elapsed().as_secs_f64()
+    );
+}
+
+// ---- locked memory (issue 47 item 4, issue 46) --------------------------------------
+
+/// The stats line of the process that used uswap.
+fn active(stats: &[Value]) -> &Value {
+    stats
+        .iter()
+        .find(|s| s["active"] == true)
+        .unwrap_or_else(|| panic!("no stats line of a process that used uswap: {stats:?}"))
+}
+
+fn counter(s: &Value, k: &str) -> u64 {
+    s["counters"][k]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no counter {k} in {s}"))
+}
+
+/// Locked memory: resident for the kernel too (VmLck), counted (peak_locked_bytes),
+/// said once on stderr, and the rest of the program's memory within the budget.
+fn check_locked(out: &Output, stats: &[Value], budget: u64, locked: u64) {
+    let s = active(stats);
+    assert!(
+        counter(s, "peak_locked_bytes") >= locked,
+        "locked bytes not counted: {s}"
+    );
+    let hwm = stat_u64(s, "vm_hwm_bytes");
+    assert!(
+        hwm <= budget + locked + ALLOWANCE,
+        "peak RSS {hwm} over budget {budget} + locked {locked} + {ALLOWANCE}: {s}"
+    );
+    let err = text(&out.stderr);
+    assert_eq!(
+        err.matches("uswap: the program locked").count(),
+        1,
+        "the locked memory said once: {err}"
+    );
+}
+
+#[test]
+fn mlock_keeps_locked_memory_resident_outside_the_budget() {
+    // 96 MiB locked under a 32 MiB budget: the kernel refuses UFFDIO_MOVE out of a
+    // locked mapping and MADV_DONTNEED in it; the program hung in its first write.
+    let prog = cprog("mlock");
+    let p = prog.to_str().unwrap();
+    let (out, stats) = under_uswap_via(&[], "32M", &[], &[p, "mlock"], 60);
+    assert_ok(&out, "under uswap");
+    let stdout = text(&out.stdout);
+    assert!(stdout.starts_with("ok mlock mlock=0 "), "{stdout}");
+    let kb: u64 = stdout.trim().rsplit('=').next().unwrap().parse().unwrap();
+    assert!(kb >= 96 * 1024, "not locked in the kernel: {stdout}");
+    check_locked(&out, &stats, 32 * MIB, 96 * MIB);
+    let s = active(&stats);
+    // munlock: swappable again (the third pass swapped), and nothing is locked at exit.
+    assert!(
+        counter(s, "pswpout") > 0,
+        "nothing swapped after munlock: {s}"
+    );
+    assert_eq!(counter(s, "locked_bytes"), 0, "{s}");
+}
+
+#[test]
+fn mlockall_current_and_future_under_uswap() {
+    // 48 MiB locked by MCL_CURRENT, 48 MiB more by MCL_FUTURE, under a 32 MiB budget.
+    let prog = cprog("mlock");
+    let p = prog.to_str().unwrap();
+    let (out, stats) = under_uswap_via(&[], "32M", &[], &[p, "mlockall"], 60);
+    assert_ok(&out, "under uswap");
+    let stdout = text(&out.stdout);
+    assert!(stdout.starts_with("ok mlockall mlock=0 "), "{stdout}");
+    let kb: u64 = stdout.trim().rsplit('=').next().unwrap().parse().unwrap();
+    assert!(kb >= 96 * 1024, "not locked in the kernel: {stdout}");
+    check_locked(&out, &stats, 32 * MIB, 96 * MIB);
+}
+
+#[test]
+fn refused_mlock_keeps_to_the_budget() {
+    // Root has CAP_IPC_LOCK, which RLIMIT_MEMLOCK does not bind: setpriv drops it, and
+    // mlock of 96 MiB over a 256 KiB limit is refused (ENOMEM, as without uswap). (Not
+    // `ulimit -l 0`: io_uring charges its rings to the same limit, and uswap needs them.)
+    need("setpriv", "util-linux");
+    let prog = cprog("mlock");
+    let p = prog.to_str().unwrap();
+    let wrapper = [
+        "sh",
+        "-c",
+        "ulimit -l 256 && exec setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock \"$@\"",
+        "sh",
+    ];
+    let (out, stats) = under_uswap_via(&wrapper, "32M", &[], &[p, "refused"], 60);
+    assert_ok(&out, "under uswap");
+    assert_eq!(text(&out.stdout), "ok refused mlock=ENOMEM vmlck_kb=0\n");
+    let s = check_stats(&stats, 32 * MIB, 1);
+    assert_eq!(counter(s, "peak_locked_bytes"), 0, "{s}");
+    assert!(!text(&out.stderr).contains("uswap: the program locked"));
+}
+
+#[test]
+fn memtester_locks_its_buffer_under_uswap() {
+    // memtester mlocks its buffer (as root): 128 MiB under a 32 MiB budget (~16 s here).
+    let memtester = need("memtester", "memtester");
+    let t = Instant::now();
+    let (out, stats) = under_uswap_via(
+        &[],
+        "32M",
+        &[],
+        &[memtester.to_str().unwrap(), "128M", "1"],
+        180,
+    );
+    assert_ok(&out, "memtester under uswap");
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("Done."), "{stdout}");
+    assert!(!stdout.contains("FAILURE"), "{stdout}");
+    check_locked(&out, &stats, 32 * MIB, 128 * MIB);
+    eprintln!(
+        "memtester 128M under 32M: {:.1} s",
+        t.elapsed().as_secs_f64()
     );
 }
