@@ -82,6 +82,9 @@ pub(crate) fn live_engines() -> Vec<Arc<Engine>> {
 impl Engine {
     /// Open everything and start the threads. The caller becomes the first user.
     pub(crate) fn start(cfg: PoolBuilder) -> Result<Arc<Engine>> {
+        // Threads started here (the engine's, the remote tier's runtime) inherit this
+        // mask: the program's signals never run its handlers on them.
+        let _signals = crate::sys::mem::SignalsHeld::new();
         let min_budget = 4 * UNIT_SIZE as u64;
         if cfg.budget < min_budget {
             return Err(Error::BudgetTooSmall {
@@ -220,7 +223,7 @@ impl Engine {
 
     /// Totals over live and dropped regions, with the gauges.
     pub(crate) fn counters(&self) -> Counters {
-        let _a = self.fork.enter();
+        let _a = self.fork.enter_from_program();
         self.with_gauges(self.regions.counters())
     }
 

@@ -25,7 +25,7 @@ use crate::engine::{live_engines, Engine};
 use crate::pagemap::PageState;
 use crate::slots::Slot;
 use crate::swap_cache::CacheState;
-use crate::sys::mem::{raw_eventfd, replace_fd};
+use crate::sys::mem::{raw_eventfd, replace_fd, SignalsHeld};
 use crate::sys::uffd::{Uffd, Wake, REGISTER_MISSING, REGISTER_WP};
 use crate::threads::{ThreadCtx, Threads};
 use crate::{PAGE_SIZE, UNIT_PAGES};
@@ -63,6 +63,12 @@ pub(crate) struct ForkState {
 /// Proof of being inside the engine: no fork may start until it drops.
 pub(crate) struct Active<'a>(&'a ForkState);
 
+/// A program thread inside the engine: it leaves the engine, then takes its signals.
+pub(crate) struct FromProgram<'a> {
+    _active: Active<'a>,
+    _signals: SignalsHeld,
+}
+
 impl Drop for Active<'_> {
     fn drop(&mut self) {
         self.0.active.fetch_sub(1, SeqCst);
@@ -91,6 +97,17 @@ impl ForkState {
                 return Active(self);
             }
             self.active.fetch_sub(1, SeqCst);
+        }
+    }
+
+    /// Enter the engine from a program thread (an API call: a region made, discarded,
+    /// dropped, locked, its counters read): as `enter`, with the thread's asynchronous
+    /// signals held off until it leaves (`SignalsHeld`).
+    pub(crate) fn enter_from_program(&self) -> FromProgram<'_> {
+        let signals = SignalsHeld::new();
+        FromProgram {
+            _active: self.enter(),
+            _signals: signals,
         }
     }
 
@@ -136,6 +153,8 @@ pub fn after_fork_child() {
     if !FORKING.load(SeqCst) {
         return;
     }
+    // The child's engine threads inherit this mask (`Threads::spawn`).
+    let _signals = SignalsHeld::new();
     for e in live_engines() {
         child(&e);
     }

@@ -31,7 +31,7 @@ pub(crate) fn lock(e: &Engine, r: &RegionInner, first: u64, n: u64) -> u64 {
         let stop = (((p / UNIT_PAGES as u64) + 1) * UNIT_PAGES as u64).min(end);
         for _ in 0..TRIES {
             populate(r.page_addr(p), (stop - p) as usize);
-            let _a = e.fork.enter();
+            let _a = e.fork.enter_from_program();
             let mut u = r.unit_of(p).lock();
             if r.is_dead() {
                 return total;
@@ -68,7 +68,7 @@ static SAID: AtomicBool = AtomicBool::new(false);
 /// Unlock pages `[first, first + n)` of `r`: ordinary resident pages again, under the
 /// budget (reclaim makes room if they take it over). Returns how many were locked.
 pub(crate) fn unlock(e: &Engine, r: &RegionInner, first: u64, n: u64) -> u64 {
-    let _a = e.fork.enter();
+    let _a = e.fork.enter_from_program();
     let end = (first + n).min(r.pages());
     let mut total = 0;
     let mut p = first;

@@ -82,7 +82,7 @@ impl Region {
         if offset >= self.len() {
             return None;
         }
-        let _a = e.fork.enter();
+        let _a = e.fork.enter_from_program();
         let page = (offset / crate::PAGE_SIZE) as u64;
         let u = self.inner.unit_of(page).lock();
         let PageState::Swapped(slot) = u.get(page as usize % crate::UNIT_PAGES) else {
@@ -98,7 +98,7 @@ impl Region {
     }
     /// This region's counters, with the pool's gauges.
     pub fn counters(&self) -> Counters {
-        let _a = self.engine.fork.enter();
+        let _a = self.engine.fork.enter_from_program();
         self.engine.with_gauges(self.inner.counters.snapshot())
     }
 }

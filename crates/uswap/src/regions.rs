@@ -106,7 +106,7 @@ pub(crate) fn create(
     in_thread: bool,
     at: Option<usize>,
 ) -> Result<Arc<RegionInner>> {
-    let _a = e.fork.enter();
+    let _a = e.fork.enter_from_program();
     if size == 0 {
         return Err(Error::InvalidRegionSize {
             size,
@@ -218,7 +218,7 @@ fn drop_page(e: &Engine, r: &RegionInner, u: &mut UnitPages, p: u64) -> Option<u
 /// MADV_DONTNEED semantics on pages `[first, first + n)`: they become untouched
 /// (zeros), their slots and cache copies are freed. Faults waiting on them retry.
 pub(crate) fn discard(e: &Engine, r: &RegionInner, first: u64, n: u64) {
-    let _a = e.fork.enter();
+    let _a = e.fork.enter_from_program();
     let end = (first + n).min(r.pages());
     let mut p = first;
     while p < end {
@@ -258,7 +258,7 @@ pub(crate) fn discard(e: &Engine, r: &RegionInner, first: u64, n: u64) {
 /// Unregister, unmap and free everything a region holds. I/O still in flight
 /// finishes later into its own frames and only drops its orphaned entries.
 pub(crate) fn destroy(e: &Engine, r: &Arc<RegionInner>) {
-    let _a = e.fork.enter();
+    let _a = e.fork.enter_from_program();
     r.dead.store(true, Release);
     {
         let mut g = e.regions.table.write().unwrap_or_else(|p| p.into_inner());

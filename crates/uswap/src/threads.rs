@@ -281,6 +281,10 @@ fn spawn_named(name: String, body: impl FnOnce() + Send + 'static) -> Result<Joi
     std::thread::Builder::new()
         .name(name)
         .spawn(move || {
+            // A program's handler run on an engine thread that it then makes fault on
+            // memory under uswap would wait for that very thread: the program's signals
+            // go to its own threads (the mask is inherited too, from `Engine::start`).
+            crate::sys::mem::SignalsHeld::new().for_good();
             if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
                 let msg = p
                     .downcast_ref::<&str>()

@@ -342,3 +342,76 @@ fn a_signal_handler_that_reads_in_thread_memory_during_a_fault() {
     assert_eq!((c.poisoned, c.internal_errors), (0, 0), "{c:?}");
     pool.check_invariants().unwrap();
 }
+
+/// The address the program's SIGUSR2 handler reads (0: none).
+static API_READ_AT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static API_READS: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn read_in_unit(_: libc::c_int) {
+    let at = API_READ_AT.load(Relaxed);
+    if at != 0 {
+        // SAFETY: a word of a live region (cleared before the region is dropped).
+        let w = unsafe { &*(at as *const AtomicU64) };
+        std::hint::black_box(w.load(Relaxed));
+        API_READS.fetch_add(1, Relaxed);
+    }
+}
+
+/// A program's signal handler ran on top of the engine's own work on its thread: a
+/// discard holding a unit's lock, interrupted by a handler that reads a swapped page of
+/// the same unit, waited for itself (in-thread regions) or for the fault thread, which
+/// waited for the lock (the stress test's in-thread configuration hung within seconds).
+/// Inside the engine a program thread now holds its signals, as in a system call. Both
+/// fault modes: a thread discards and rewrites pages while another signals it every
+/// ~20 µs; the handler reads another page of the unit being discarded.
+#[test]
+fn a_signal_during_a_discard_reads_the_same_unit() {
+    let _w = watchdog(120);
+    // SAFETY: installs a plain handler for SIGUSR2 from a zeroed struct.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = read_in_unit as *const () as usize;
+        sa.sa_flags = libc::SA_RESTART;
+        libc::sigaction(libc::SIGUSR2, &sa, std::ptr::null_mut());
+    }
+    for opts in [RegionOptions::default(), in_thread()] {
+        let pool = Pool::builder().budget(16 * MIB).build().unwrap();
+        let r = pool.region_with(64 * MIB, opts).unwrap();
+        let words = r.as_words();
+        fill(words, 5);
+        let reads0 = API_READS.load(Relaxed);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            // SAFETY: pthread_self of this thread, signalled only while the scope runs.
+            let me = unsafe { libc::pthread_self() };
+            let stop = &stop;
+            s.spawn(move || {
+                while !stop.load(Relaxed) {
+                    // SAFETY: signals this scope's thread, alive until `stop`.
+                    unsafe { libc::pthread_kill(me, libc::SIGUSR2) };
+                    std::thread::sleep(std::time::Duration::from_micros(20));
+                }
+            });
+            let t0 = std::time::Instant::now();
+            let pages = words.len() / WORDS_PER_PAGE;
+            let mut x = 1u64;
+            while t0.elapsed() < std::time::Duration::from_secs(3) {
+                x = mix(x);
+                let page = x as usize % pages;
+                let other = page ^ 1 ^ (((x >> 20) as usize % 512) & !1);
+                let other = other.min(pages - 1);
+                API_READ_AT.store(&words[other * WORDS_PER_PAGE] as *const _ as usize, Relaxed);
+                r.discard(page * 4096, 4096).unwrap();
+                let w = page * WORDS_PER_PAGE;
+                assert_eq!(words[w].load(Relaxed), 0, "page {page} after its discard");
+                words[w].store(mix(5 ^ w as u64), Relaxed);
+            }
+            API_READ_AT.store(0, Relaxed);
+            stop.store(true, Relaxed);
+        });
+        let c = r.counters();
+        assert!(API_READS.load(Relaxed) - reads0 > 100, "{c:?}");
+        assert!(c.pswpin > 0, "{c:?}");
+        pool.check_invariants().unwrap();
+    }
+}

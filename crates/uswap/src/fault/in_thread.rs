@@ -105,32 +105,6 @@ fn fork_held() -> bool {
     FORK_HELD.load(SeqCst)
 }
 
-/// The signals held off while the handler runs: every asynchronous one. The program's
-/// own handlers (timers, profilers) would otherwise run on top of ours while it holds a
-/// unit's lock, and one that touches the same unit would wait for itself. Synchronous
-/// signals stay open: blocked, the kernel would kill the process instead of raising them
-/// (SIGBUS too: SA_NODEFER keeps it open for a fault of the handler itself, which goes on
-/// to the previous handler).
-fn handler_mask() -> libc::sigset_t {
-    // SAFETY: sigset_t is plain data, filled by sigfillset before use.
-    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: sigfillset and sigdelset write into a live sigset_t.
-    unsafe {
-        libc::sigfillset(&mut set);
-        for sig in [
-            libc::SIGBUS,
-            libc::SIGSEGV,
-            libc::SIGILL,
-            libc::SIGFPE,
-            libc::SIGTRAP,
-            libc::SIGSYS,
-        ] {
-            libc::sigdelset(&mut set, sig);
-        }
-    }
-    set
-}
-
 fn install_handler() -> Result<()> {
     let mut prev = PREVIOUS.lock().unwrap_or_else(|p| p.into_inner());
     if prev.is_some() {
@@ -140,7 +114,12 @@ fn install_handler() -> Result<()> {
     let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
     sa.sa_sigaction = on_sigbus as *const () as usize;
     sa.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER | libc::SA_RESTART;
-    sa.sa_mask = handler_mask();
+    // Every asynchronous signal is held off while the handler runs: a program's own
+    // handler (a timer's, a profiler's) would otherwise run on top of a fault that holds
+    // its unit's lock, and one that touches the same unit would wait for itself.
+    // Synchronous signals stay open (SIGBUS too: SA_NODEFER keeps it open for a fault
+    // of the handler itself, which goes on to the previous handler).
+    sa.sa_mask = crate::sys::mem::async_signals();
     // SAFETY: same as above.
     let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: installs a handler for SIGBUS with live structs; `old` gets the previous.

@@ -407,3 +407,56 @@ pub(crate) fn set_thread_nice(nice: i32) {
     // SAFETY: setpriority on this thread's own id; no memory is touched.
     unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, nice) };
 }
+
+/// Every asynchronous signal: all but those the kernel raises for a fault or trap of
+/// the thread itself (blocked, those end the process instead of being raised).
+pub(crate) fn async_signals() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data, filled by sigfillset before use.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: sigfillset and sigdelset write into a live sigset_t.
+    unsafe {
+        libc::sigfillset(&mut set);
+        for sig in [
+            libc::SIGBUS,
+            libc::SIGSEGV,
+            libc::SIGILL,
+            libc::SIGFPE,
+            libc::SIGTRAP,
+            libc::SIGSYS,
+        ] {
+            libc::sigdelset(&mut set, sig);
+        }
+    }
+    set
+}
+
+/// The program's asynchronous signals held off on this thread until dropped (then the
+/// mask before). A program's handler that runs inside the engine on top of work that
+/// holds its locks, and touches memory under uswap, would wait for those locks, or for
+/// a thread that waits for them: inside the engine, a program thread is in a system
+/// call as far as its signals go.
+pub(crate) struct SignalsHeld(libc::sigset_t);
+
+impl SignalsHeld {
+    pub(crate) fn new() -> SignalsHeld {
+        let set = async_signals();
+        // SAFETY: sigset_t is plain data; pthread_sigmask writes the old mask into it.
+        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: blocks signals of this thread with live sets.
+        unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old) };
+        SignalsHeld(old)
+    }
+
+    /// Keep them held for the rest of this thread's life (the engine's own threads:
+    /// a program's handler never runs on one).
+    pub(crate) fn for_good(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for SignalsHeld {
+    fn drop(&mut self) {
+        // SAFETY: restores this thread's mask from a live set.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut()) };
+    }
+}
