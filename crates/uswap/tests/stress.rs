@@ -34,8 +34,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 use uswap::{
-    FaultInjection, Pool, ReadaheadPolicy, Region, RegionOptions, StaleSlotPolicy, TierKind,
-    UnitPolicy, PAGE_SIZE, UNIT_PAGES,
+    Compressor, FaultInjection, FaultMode, Pool, ReadaheadPolicy, Region, RegionOptions,
+    StaleSlotPolicy, TierKind, UnitPolicy, PAGE_SIZE, UNIT_PAGES,
 };
 
 const MIB: u64 = 1 << 20;
@@ -65,6 +65,15 @@ struct Config {
     issue11: bool,
     /// Where evicted pages go; with a compressed tier the pages are written compressible.
     tier: TierKind,
+    /// The compressed pool's share of the budget (percent).
+    compressed_pct: u32,
+    compressor: Compressor,
+    encrypt: bool,
+    /// Percent of regions whose faults are served in the faulting thread (SIGBUS).
+    in_thread_pct: usize,
+    /// A thread signals the workers every ~100 µs; their handler reads a page of the
+    /// region they work on (a fault inside a signal, on top of a fault in progress).
+    signals: bool,
 }
 
 const ALL_RA: &[ReadaheadPolicy] = &[
@@ -89,6 +98,11 @@ fn configs() -> Vec<Config> {
         fork_ms: 0,
         issue11: false,
         tier: TierKind::File,
+        compressed_pct: 25,
+        compressor: Compressor::Lz4,
+        encrypt: false,
+        in_thread_pct: 0,
+        signals: false,
     };
     vec![
         Config {
@@ -160,6 +174,59 @@ fn configs() -> Vec<Config> {
                 fail_map_every: 29,
                 ..FaultInjection::default()
             },
+            ..base
+        },
+        Config {
+            // Faults served in the faulting thread (half the regions), with forks, and
+            // signals whose handler faults on top of a fault in progress.
+            name: "in-thread",
+            fork_ms: 2000,
+            in_thread_pct: 50,
+            signals: true,
+            ..base
+        },
+        Config {
+            // Units stored whole in the pool (a share of 16 MiB: at least 8 MiB) and
+            // written back packed, with read/write errors injected on that path, forks.
+            name: "packed",
+            budget_mib: 64,
+            units: &[UnitPolicy::Huge],
+            readahead: &[ReadaheadPolicy::Vma],
+            regions: 3,
+            region_mib: (16, 64),
+            fork_ms: 4000,
+            tier: TierKind::CompressedFile,
+            inject: FaultInjection {
+                fail_read_every: 23,
+                fail_write_every: 19,
+                transient: true,
+                ..FaultInjection::default()
+            },
+            ..base
+        },
+        Config {
+            // Compressed RAM alone (zstd), in-thread regions too, signals. The regions
+            // (at most 36 MiB, ~3:1) fit in the pool: what does not stays resident, over
+            // the budget by design.
+            name: "compressed-only",
+            budget_mib: 32,
+            regions: 3,
+            region_mib: (4, 12),
+            tier: TierKind::Compressed,
+            compressed_pct: 50,
+            compressor: Compressor::Zstd { level: 1 },
+            in_thread_pct: 50,
+            signals: true,
+            ..base
+        },
+        Config {
+            // Encrypted swap behind the pool, forks, in-thread regions.
+            name: "encrypted",
+            budget_mib: 24,
+            tier: TierKind::CompressedFile,
+            encrypt: true,
+            fork_ms: 3000,
+            in_thread_pct: 30,
             ..base
         },
     ]
@@ -290,6 +357,7 @@ struct RegionModel {
     region: Region,
     unit: UnitPolicy,
     readahead: ReadaheadPolicy,
+    in_thread: bool,
     pages: Vec<Mutex<PageModel>>,
 }
 
@@ -379,6 +447,9 @@ struct World<'a> {
     dir: std::path::PathBuf,
     /// Run the operations of `ISSUE11_OPS`.
     issue11_ops: bool,
+    /// Faults served in the faulting thread, of regions gone (the rest are counted at
+    /// the round's end).
+    in_thread_faults: AtomicU64,
 }
 
 const OPS: usize = 11;
@@ -429,6 +500,7 @@ impl World<'_> {
         let mib = lo + rng.below((hi - lo + 1) as usize) as u64;
         let unit = rng.pick(self.cfg.units);
         let readahead = rng.pick(self.cfg.readahead);
+        let in_thread = rng.below(100) < self.cfg.in_thread_pct;
         let region = self
             .pool
             .region_with(
@@ -436,7 +508,7 @@ impl World<'_> {
                 RegionOptions {
                     unit: Some(unit),
                     readahead: Some(readahead),
-                    ..Default::default()
+                    fault_mode: in_thread.then_some(FaultMode::InThread),
                 },
             )
             .expect("region");
@@ -446,6 +518,7 @@ impl World<'_> {
             region,
             unit,
             readahead,
+            in_thread,
             pages: (0..n).map(|_| Mutex::new(PageModel::default())).collect(),
         })
     }
@@ -583,6 +656,10 @@ fn worker(wd: &World, thread: u8, mut rng: Rng) {
                 &mut *wd.slots[slot].write().unwrap_or_else(|p| p.into_inner()),
                 fresh,
             );
+            if let Some(old) = old.as_ref().filter(|r| r.in_thread) {
+                let c = old.region.counters();
+                wd.in_thread_faults.fetch_add(c.majflt + c.minflt, Relaxed);
+            }
             drop(old);
             continue;
         }
@@ -600,6 +677,16 @@ fn worker(wd: &World, thread: u8, mut rng: Rng) {
             continue;
         };
         let n = r.npages();
+        // A system call on a page of an in-thread region that is not resident fails
+        // (EFAULT): no kernel reads and writes there.
+        let op = if r.in_thread && (op == 4 || op == 5) {
+            1
+        } else {
+            op
+        };
+        // What this thread's signal handler reads while the operation runs.
+        let touch = r.region.as_ptr() as usize + rng.below(n) * PAGE_SIZE;
+        SIGNAL_TOUCH.with(|t| t.store(touch, Relaxed));
         match op {
             0 | 8 => {
                 let (start, len) = if op == 8 {
@@ -757,7 +844,53 @@ fn worker(wd: &World, thread: u8, mut rng: Rng) {
             }
             _ => unreachable!(),
         }
+        SIGNAL_TOUCH.with(|t| t.store(0, Relaxed));
         drop(r);
+    }
+}
+
+thread_local! {
+    /// The address a worker's signal handler reads (0: none): a page of the region the
+    /// worker holds while the value is set.
+    static SIGNAL_TOUCH: std::sync::atomic::AtomicUsize =
+        const { std::sync::atomic::AtomicUsize::new(0) };
+}
+static SIGNAL_READS: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn on_sigusr1(_: libc::c_int) {
+    let at = SIGNAL_TOUCH.with(|t| t.load(Relaxed));
+    if at != 0 {
+        // SAFETY: a word of a region this thread holds (see SIGNAL_TOUCH), read
+        // atomically as the workers access region memory.
+        let w = unsafe { &*(at as *const AtomicU64) };
+        std::hint::black_box(w.load(Relaxed));
+        SIGNAL_READS.fetch_add(1, Relaxed);
+    }
+}
+
+/// Signals the workers (`tids`) in turn every ~100 µs until the round ends.
+fn signaller(wd: &World, tids: &Mutex<Vec<libc::pthread_t>>) {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        // SAFETY: installs a plain handler for SIGUSR1 from a zeroed struct.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_sigusr1 as *const () as usize;
+            sa.sa_flags = libc::SA_RESTART;
+            libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut());
+        }
+    });
+    let mut k = 0;
+    while !wd.failed() && Instant::now() < wd.deadline {
+        let tids = lock(tids);
+        if !tids.is_empty() {
+            // SAFETY: a worker in the list is alive (it leaves the list, under this
+            // lock, before it ends).
+            unsafe { libc::pthread_kill(tids[k % tids.len()], libc::SIGUSR1) };
+        }
+        drop(tids);
+        k += 1;
+        std::thread::sleep(Duration::from_micros(100));
     }
 }
 
@@ -932,7 +1065,9 @@ fn round(t: &Test, k: u64, cfg: &Config, seed: u64, secs: u64, threads: usize, i
             .stale_slot_policy(cfg.stale)
             .inject_io_errors(cfg.inject)
             .tier(cfg.tier)
-            .compressed_max_percent(25),
+            .compressed_max_percent(cfg.compressed_pct)
+            .compressor(cfg.compressor)
+            .encrypt(cfg.encrypt),
     );
     // Pages compress about 3:1 on a compressed tier (random words otherwise).
     WORD_MASK.store(
@@ -962,18 +1097,36 @@ fn round(t: &Test, k: u64, cfg: &Config, seed: u64, secs: u64, threads: usize, i
         forks: AtomicU64::new(0),
         dir: dir.clone(),
         issue11_ops,
+        in_thread_faults: AtomicU64::new(0),
     };
     let mut rng = Rng(seed);
     for s in &wd.slots {
         *s.write().unwrap() = Some(wd.new_region(&mut rng));
     }
+    let signals0 = SIGNAL_READS.load(Relaxed);
+    let tids: Mutex<Vec<libc::pthread_t>> = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for i in 0..threads {
-            let (wd, r) = (&wd, Rng(rng.next()));
+            let (wd, r, tids) = (&wd, Rng(rng.next()), &tids);
             std::thread::Builder::new()
                 .name(format!("stress-{i}"))
-                .spawn_scoped(s, move || worker(wd, i as u8, r))
+                .spawn_scoped(s, move || {
+                    // SAFETY: pthread_self has no preconditions.
+                    let me = unsafe { libc::pthread_self() };
+                    lock(tids).push(me);
+                    worker(wd, i as u8, r);
+                    // Out of the list before the thread ends: the signaller signals
+                    // only threads in it, under its lock.
+                    lock(tids).retain(|&t| t != me);
+                })
                 .expect("spawn worker");
+        }
+        if cfg.signals {
+            let (wd, tids) = (&wd, &tids);
+            std::thread::Builder::new()
+                .name("stress-signals".into())
+                .spawn_scoped(s, move || signaller(wd, tids))
+                .expect("spawn signaller");
         }
         if cfg.fork_ms > 0 {
             let (wd, r) = (&wd, Rng(rng.next()));
@@ -995,6 +1148,14 @@ fn round(t: &Test, k: u64, cfg: &Config, seed: u64, secs: u64, threads: usize, i
         }
     }
     let c = p.counters();
+    let mut in_thread_faults = wd.in_thread_faults.load(Relaxed);
+    for s in &wd.slots {
+        if let Some(r) = s.read().unwrap().as_ref().filter(|r| r.in_thread) {
+            let rc = r.region.counters();
+            in_thread_faults += rc.majflt + rc.minflt;
+        }
+    }
+    let signal_reads = SIGNAL_READS.load(Relaxed) - signals0;
     let ops: Vec<String> = OP_NAMES
         .iter()
         .zip(&wd.stats)
@@ -1002,7 +1163,8 @@ fn round(t: &Test, k: u64, cfg: &Config, seed: u64, secs: u64, threads: usize, i
         .collect();
     say(&format!(
         "stress round {k}: {} seed {seed}: {:.1} s, {} ops ({}), {} forks; pswpout {} pswpin {} \
-         thp_swpout {} thp_swpin {} swap_ra {} io_errors {} zswpout {} zswpin {} zswpwb {} peak {} MiB",
+         thp_swpout {} thp_swpin {} swap_ra {} io_errors {} zswpout {} zswpin {} zswpwb {} \
+         in-thread faults {in_thread_faults} signal reads {signal_reads} peak {} MiB",
         cfg.name,
         t0.elapsed().as_secs_f64(),
         wd.seq.load(Relaxed),
@@ -1023,14 +1185,61 @@ fn round(t: &Test, k: u64, cfg: &Config, seed: u64, secs: u64, threads: usize, i
         panic!("{f}");
     }
     assert!(
-        cfg.tier == TierKind::File || (c.zswpout > 0 && c.zswpin > 0 && c.zswpwb > 0),
+        cfg.tier == TierKind::File
+            || (c.zswpout > 0 && c.zswpin > 0 && (c.zswpwb > 0 || !cfg.tier.has_writeback())),
         "stress round {k} ({}): the compressed tier was not exercised",
         cfg.name
     );
+    let back_tier = cfg.tier != TierKind::Compressed;
     assert!(
-        c.pswpout > 0 && c.pswpin > 0,
+        !back_tier || (c.pswpout > 0 && c.pswpin > 0),
         "round {k} ({}) did not swap: {c:?}",
         cfg.name
+    );
+    assert!(
+        back_tier || (c.zswpout > 0 && c.zswpin > 0),
+        "round {k} ({}): the compressed pool was not exercised: {c:?}",
+        cfg.name
+    );
+    // Each path a configuration is for was taken (a configuration that stops reaching
+    // it fails here, not silently).
+    assert!(
+        cfg.in_thread_pct == 0 || in_thread_faults > 0,
+        "round {k} ({}): no fault served in its thread",
+        cfg.name
+    );
+    assert!(
+        !cfg.signals || signal_reads > 0,
+        "round {k} ({}): no signal handler read region memory",
+        cfg.name
+    );
+    assert!(
+        cfg.fork_ms == 0 || wd.forks.load(Relaxed) > 0 || secs < 2 * cfg.fork_ms / 1000,
+        "round {k} ({}): no fork in {secs} s",
+        cfg.name
+    );
+    if cfg.name == "packed" {
+        // Units written back whole as packed blobs: fewer blocks than pages.
+        let whole = 512 * (c.thp_swpout + c.thp_swpout_fallback);
+        assert!(
+            c.zswpwb > 0 && c.pswpout.saturating_sub(whole) * 2 < c.zswpwb,
+            "round {k} (packed): no unit written back packed: {c:?}"
+        );
+    }
+    if cfg.inject.fail_read_every > 0 || cfg.inject.fail_write_every > 0 {
+        assert!(
+            c.io_errors > 0,
+            "round {k} ({}): no error injected: {c:?}",
+            cfg.name
+        );
+    }
+    // The budget holds in every round.
+    assert!(
+        c.peak_used_bytes <= cfg.budget_mib * MIB,
+        "round {k} ({}): peak {} KiB over the budget of {} MiB: {c:?}",
+        cfg.name,
+        c.peak_used_bytes >> 10,
+        cfg.budget_mib
     );
     t.phase(format!("round {k}: {}: drop, invariants, files", cfg.name));
     for s in &wd.slots {
