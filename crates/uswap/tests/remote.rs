@@ -4,100 +4,11 @@
 
 mod common;
 
-use common::with_deadline;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use common::{with_deadline, Cluster};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use uswap::{FaultMode, Pool, RegionOptions, TierKind, UnitPolicy};
 
 const MIB: u64 = 1 << 20;
-
-/// A running cluster, stopped on drop.
-struct Cluster {
-    dir: PathBuf,
-    ports: Vec<u16>,
-}
-
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/redis-cluster.sh")
-}
-
-impl Cluster {
-    fn start(base_port: u16) -> Cluster {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-            "uswap-remote-engine-{}-{base_port}",
-            std::process::id()
-        ));
-        let out = Command::new(script())
-            .args(["start", "--dir"])
-            .arg(&dir)
-            .args([
-                "--base-port",
-                &base_port.to_string(),
-                "--node-timeout",
-                "1000",
-            ])
-            .output()
-            .expect("run scripts/redis-cluster.sh");
-        assert!(
-            out.status.success(),
-            "cannot start a local Redis Cluster (the remote tier's tests need one: \
-             scripts/test.sh installs redis-server): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let ports = std::fs::read_to_string(dir.join("ports"))
-            .expect("the script's port list")
-            .lines()
-            .map(|l| l.trim().parse().expect("a port"))
-            .collect();
-        Cluster { dir, ports }
-    }
-
-    fn nodes(&self) -> String {
-        self.ports
-            .iter()
-            .map(|p| format!("redis://127.0.0.1:{p}"))
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-
-    fn cli(&self, port: u16, args: &[&str]) -> String {
-        let out = Command::new("redis-cli")
-            .args(["-p", &port.to_string()])
-            .args(args)
-            .output()
-            .expect("redis-cli");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// SIGKILL a primary (one that serves slots).
-    fn kill_a_primary(&self) -> u16 {
-        let port = *self
-            .ports
-            .iter()
-            .find(|&&p| self.cli(p, &["role"]).starts_with("master"))
-            .expect("a primary");
-        let pid = std::fs::read_to_string(self.dir.join(format!("redis-{port}.pid")))
-            .expect("pid file")
-            .trim()
-            .to_string();
-        assert!(Command::new("kill")
-            .args(["-KILL", &pid])
-            .status()
-            .unwrap()
-            .success());
-        port
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = Command::new(script())
-            .args(["stop", "--dir"])
-            .arg(&self.dir)
-            .status();
-    }
-}
 
 fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);

@@ -74,6 +74,8 @@ struct Config {
     /// A thread signals the workers every ~100 µs; their handler reads a page of the
     /// region they work on (a fault inside a signal, on top of a fault in progress).
     signals: bool,
+    /// Worker threads end after a few hundred operations, new ones take their place.
+    churn: bool,
 }
 
 const ALL_RA: &[ReadaheadPolicy] = &[
@@ -103,6 +105,7 @@ fn configs() -> Vec<Config> {
         encrypt: false,
         in_thread_pct: 0,
         signals: false,
+        churn: false,
     };
     vec![
         Config {
@@ -177,12 +180,13 @@ fn configs() -> Vec<Config> {
             ..base
         },
         Config {
-            // Faults served in the faulting thread (half the regions), with forks, and
-            // signals whose handler faults on top of a fault in progress.
+            // Faults served in the faulting thread (half the regions), with forks,
+            // signals whose handler faults on top of a fault in progress, thread churn.
             name: "in-thread",
             fork_ms: 2000,
             in_thread_pct: 50,
             signals: true,
+            churn: true,
             ..base
         },
         Config {
@@ -227,6 +231,20 @@ fn configs() -> Vec<Config> {
             encrypt: true,
             fork_ms: 3000,
             in_thread_pct: 30,
+            ..base
+        },
+        Config {
+            // Other machines' RAM: a local Redis Cluster (3 primaries, 3 replicas on
+            // loopback, started for the round), compressed RAM in front of it, in-thread
+            // regions (their reads on their own connections), signals, thread churn
+            // (connections set up and let go). No forks: a
+            // child cannot read the parent's values yet (issue 48).
+            name: "remote",
+            budget_mib: 24,
+            tier: TierKind::CompressedRemote,
+            in_thread_pct: 30,
+            signals: true,
+            churn: true,
             ..base
         },
     ]
@@ -308,7 +326,12 @@ fn run(issue11_ops: bool) {
             if k >= picked.len() as u64 && left == 0 {
                 break;
             }
-            let secs = round_secs.min(left.max(1));
+            // The first pass gives every configuration its whole share.
+            let secs = if k < picked.len() as u64 {
+                round_secs
+            } else {
+                round_secs.min(left.max(1))
+            };
             t.phase(format!("round {k}: {} seed {seed}", cfg.name));
             round(t, k, &cfg, seed, secs, threads, issue11_ops);
             k += 1;
@@ -450,6 +473,8 @@ struct World<'a> {
     /// Faults served in the faulting thread, of regions gone (the rest are counted at
     /// the round's end).
     in_thread_faults: AtomicU64,
+    /// Worker threads started (more than the workers with thread churn).
+    workers_started: AtomicU64,
 }
 
 const OPS: usize = 11;
@@ -496,11 +521,16 @@ impl World<'_> {
     }
 
     fn new_region(&self, rng: &mut Rng) -> Arc<RegionModel> {
+        let in_thread = rng.below(100) < self.cfg.in_thread_pct;
+        self.new_region_in(rng, in_thread)
+    }
+
+    /// A new region, in-thread or not.
+    fn new_region_in(&self, rng: &mut Rng, in_thread: bool) -> Arc<RegionModel> {
         let (lo, hi) = self.cfg.region_mib;
         let mib = lo + rng.below((hi - lo + 1) as usize) as u64;
         let unit = rng.pick(self.cfg.units);
         let readahead = rng.pick(self.cfg.readahead);
-        let in_thread = rng.below(100) < self.cfg.in_thread_pct;
         let region = self
             .pool
             .region_with(
@@ -623,11 +653,16 @@ fn range(rng: &mut Rng, n: usize) -> (usize, usize) {
 }
 
 /// One worker: random operations until the round's end.
-fn worker(wd: &World, thread: u8, mut rng: Rng) {
+/// Random operations until the round ends, or `max_ops` of them (a worker that ends
+/// early is replaced by a new thread: thread churn).
+fn worker(wd: &World, thread: u8, mut rng: Rng, max_ops: u64) {
     let dir = &wd.dir;
     let tmp = tempfile(dir, thread);
     let mut buf = vec![0u8; PAGE_SIZE];
-    while !wd.failed() && Instant::now() < wd.deadline {
+    let mut ops = 0;
+    wd.workers_started.fetch_add(1, Relaxed);
+    while !wd.failed() && Instant::now() < wd.deadline && ops < max_ops {
+        ops += 1;
         let _g = wd.gate.read().unwrap_or_else(|p| p.into_inner());
         let op = match rng.below(100) {
             0..=27 => 0,
@@ -1020,6 +1055,7 @@ fn child(wd: &World, mut rng: Rng) -> i32 {
         .iter()
         .filter_map(|s| s.read().unwrap_or_else(|p| p.into_inner()).clone())
         .collect();
+    let mut samples: Vec<Known> = Vec::new();
     for r in &regions {
         let n = r.npages();
         let sample: Vec<usize> = (0..64).map(|_| rng.below(n)).collect();
@@ -1044,10 +1080,120 @@ fn child(wd: &World, mut rng: Rng) -> i32 {
             let gen = lock(&r.pages[p]).gen;
             check(r, p, gen, "pre-fork data, again");
         }
+        samples.push((r.clone(), sample, mine));
+    }
+    // The child evicts to its own swap (half again the budget written) and discards a
+    // quarter of what it wrote; then everything it knows is checked again.
+    let budget_pages = (wd.cfg.budget_mib * MIB) as usize / PAGE_SIZE;
+    let mut evicting: Vec<(usize, usize, u64)> = Vec::new();
+    'write: for (k, (r, sample, mine)) in samples.iter().enumerate() {
+        for p in 0..r.npages() {
+            if evicting.len() >= budget_pages * 3 / 2 {
+                break 'write;
+            }
+            if sample.contains(&p) || mine.iter().any(|x| x.0 == p) {
+                continue;
+            }
+            let g = CHILD_GEN | rng.next() >> 1;
+            r.write(p, g, 0);
+            evicting.push((k, p, g));
+        }
+    }
+    for (i, e) in evicting.iter_mut().enumerate() {
+        if i % 4 == 0 {
+            let r = &samples[e.0].0;
+            r.region
+                .discard(e.1 * PAGE_SIZE, PAGE_SIZE)
+                .expect("discard");
+            e.2 = 0;
+        }
+    }
+    let mut grandchild_failed = false;
+    if rng.below(2) == 0 {
+        // A grandchild: its own copy of all the child knows, and its own swap.
+        uswap::prepare_fork();
+        // SAFETY: fork of this single-threaded child; the grandchild runs the engine's
+        // hook, its checks and _exit.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            uswap::after_fork_child();
+            common::child_deadline(60);
+            // SAFETY: leave without running the test harness's teardown.
+            unsafe { libc::_exit(grandchild(&samples, &mut evicting, &mut rng)) };
+        }
+        uswap::after_fork_parent();
+        let mut status = 0;
+        // SAFETY: waits for the grandchild forked above.
+        let got = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if pid < 0 || got != pid || !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+            say(&format!(
+                "stress child {}: its child {pid} failed: status {status:#x}",
+                std::process::id()
+            ));
+            grandchild_failed = true;
+        }
+    }
+    for &(k, p, g) in &evicting {
+        check(&samples[k].0, p, g, "the child's evicted or discarded page");
+    }
+    for (r, sample, mine) in &samples {
+        for &(p, g) in mine {
+            check(r, p, g, "the child's own write, again");
+        }
+        for &p in sample {
+            let gen = lock(&r.pages[p]).gen;
+            check(r, p, gen, "pre-fork data, at the end");
+        }
     }
     if let Err(e) = wd.pool.check_invariants() {
         say(&format!("stress child: engine invariants broken: {e}"));
         bad += 1;
+    }
+    i32::from(bad > 0 || grandchild_failed)
+}
+
+/// What a child knew of one region: its sampled pre-fork pages and its own writes.
+type Known = (Arc<RegionModel>, Vec<usize>, Vec<(usize, u64)>);
+
+/// A grandchild: checks its copy of everything its parent (a child) knows, then writes
+/// over the pages its parent evicted (evicting them again, to a swap of its own) and
+/// checks those. Returns its exit code.
+fn grandchild(samples: &[Known], evicting: &mut [(usize, usize, u64)], rng: &mut Rng) -> i32 {
+    let mut bad = 0;
+    let mut check = |r: &RegionModel, p: usize, gen: u64, what: &str| {
+        if let Some((w, found)) = r.bad(p, gen) {
+            bad += 1;
+            say(&format!(
+                "stress grandchild {}: {what}: region {} page {p} word {w}: found {found:#x}, \
+                 want generation {gen}",
+                std::process::id(),
+                r.id
+            ));
+        }
+    };
+    for (r, sample, mine) in samples {
+        for &p in sample {
+            let gen = lock(&r.pages[p]).gen;
+            check(r, p, gen, "pre-fork data");
+        }
+        for &(p, g) in mine {
+            check(r, p, g, "its parent's write");
+        }
+    }
+    for &(k, p, g) in evicting.iter() {
+        check(
+            &samples[k].0,
+            p,
+            g,
+            "its parent's evicted or discarded page",
+        );
+    }
+    for e in evicting.iter_mut() {
+        e.2 = CHILD_GEN | rng.next() >> 1;
+        samples[e.0].0.write(e.1, e.2, 0);
+    }
+    for &(k, p, g) in evicting.iter() {
+        check(&samples[k].0, p, g, "its own write");
     }
     i32::from(bad > 0)
 }
@@ -1056,8 +1202,19 @@ fn round(t: &Test, k: u64, cfg: &Config, seed: u64, secs: u64, threads: usize, i
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("uswap-stress-{}-{k}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("stress dir");
+    let cluster = cfg.tier.is_remote().then(|| {
+        t.phase(format!(
+            "round {k}: {}: starting a local Redis Cluster",
+            cfg.name
+        ));
+        common::Cluster::start(22700)
+    });
+    let mut builder = Pool::builder();
+    if let Some(c) = &cluster {
+        builder = builder.remote(c.nodes());
+    }
     let p = t.pool(
-        Pool::builder()
+        builder
             .budget(cfg.budget_mib * MIB)
             .swap_file(&dir)
             .fault_threads(cfg.fault_threads)
@@ -1098,26 +1255,54 @@ fn round(t: &Test, k: u64, cfg: &Config, seed: u64, secs: u64, threads: usize, i
         dir: dir.clone(),
         issue11_ops,
         in_thread_faults: AtomicU64::new(0),
+        workers_started: AtomicU64::new(0),
     };
     let mut rng = Rng(seed);
-    for s in &wd.slots {
-        *s.write().unwrap() = Some(wd.new_region(&mut rng));
+    for (i, s) in wd.slots.iter().enumerate() {
+        // At least one in-thread region from the start, however short the round.
+        let r = if i == 0 && cfg.in_thread_pct > 0 {
+            wd.new_region_in(&mut rng, true)
+        } else {
+            wd.new_region(&mut rng)
+        };
+        *s.write().unwrap() = Some(r);
     }
     let signals0 = SIGNAL_READS.load(Relaxed);
     let tids: Mutex<Vec<libc::pthread_t>> = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for i in 0..threads {
-            let (wd, r, tids) = (&wd, Rng(rng.next()), &tids);
+            let (wd, mut r, tids) = (&wd, Rng(rng.next()), &tids);
+            // With churn, each worker thread ends after a few hundred operations and a
+            // new one takes its place (per-thread state: slot clusters, the in-thread
+            // reads' own rings and connections, set up and let go).
+            let max_ops = if cfg.churn {
+                100 + r.below(300) as u64
+            } else {
+                u64::MAX
+            };
+            let seeds: Vec<u64> = (0..1024).map(|_| r.next()).collect();
             std::thread::Builder::new()
                 .name(format!("stress-{i}"))
                 .spawn_scoped(s, move || {
-                    // SAFETY: pthread_self has no preconditions.
-                    let me = unsafe { libc::pthread_self() };
-                    lock(tids).push(me);
-                    worker(wd, i as u8, r);
-                    // Out of the list before the thread ends: the signaller signals
-                    // only threads in it, under its lock.
-                    lock(tids).retain(|&t| t != me);
+                    for (gen, seed) in seeds.into_iter().enumerate() {
+                        if wd.failed() || Instant::now() >= wd.deadline {
+                            break;
+                        }
+                        std::thread::scope(|s| {
+                            std::thread::Builder::new()
+                                .name(format!("stress-{i}.{gen}"))
+                                .spawn_scoped(s, move || {
+                                    // SAFETY: pthread_self has no preconditions.
+                                    let me = unsafe { libc::pthread_self() };
+                                    lock(tids).push(me);
+                                    worker(wd, i as u8, Rng(seed), max_ops);
+                                    // Out of the list before the thread ends: the
+                                    // signaller signals only threads in it, under its lock.
+                                    lock(tids).retain(|&t| t != me);
+                                })
+                                .expect("spawn worker");
+                        });
+                    }
                 })
                 .expect("spawn worker");
         }
@@ -1164,7 +1349,8 @@ fn round(t: &Test, k: u64, cfg: &Config, seed: u64, secs: u64, threads: usize, i
     say(&format!(
         "stress round {k}: {} seed {seed}: {:.1} s, {} ops ({}), {} forks; pswpout {} pswpin {} \
          thp_swpout {} thp_swpin {} swap_ra {} io_errors {} zswpout {} zswpin {} zswpwb {} \
-         in-thread faults {in_thread_faults} signal reads {signal_reads} peak {} MiB",
+         in-thread faults {in_thread_faults} signal reads {signal_reads} worker threads {} \
+         peak {} MiB",
         cfg.name,
         t0.elapsed().as_secs_f64(),
         wd.seq.load(Relaxed),
@@ -1179,6 +1365,7 @@ fn round(t: &Test, k: u64, cfg: &Config, seed: u64, secs: u64, threads: usize, i
         c.zswpout,
         c.zswpin,
         c.zswpwb,
+        wd.workers_started.load(Relaxed),
         c.peak_used_bytes >> 20
     ));
     if let Some(f) = lock(&wd.failure).take() {
@@ -1218,12 +1405,32 @@ fn round(t: &Test, k: u64, cfg: &Config, seed: u64, secs: u64, threads: usize, i
         "round {k} ({}): no fork in {secs} s",
         cfg.name
     );
-    if cfg.name == "packed" {
+    if cfg.name == "packed" && secs >= 3 {
         // Units written back whole as packed blobs: fewer blocks than pages.
         let whole = 512 * (c.thp_swpout + c.thp_swpout_fallback);
         assert!(
             c.zswpwb > 0 && c.pswpout.saturating_sub(whole) * 2 < c.zswpwb,
             "round {k} (packed): no unit written back packed: {c:?}"
+        );
+    }
+    // The last round of a run may be cut short (a second or two): paths that take a
+    // while to reach (a worker's few hundred operations, units packed and written back)
+    // are asserted in rounds that ran their share.
+    let full = secs >= 3;
+    let started = wd.workers_started.load(Relaxed);
+    assert!(
+        !cfg.churn
+            || !full
+            || wd.seq.load(Relaxed) < 400 * threads as u64
+            || started > threads as u64,
+        "round {k} ({}): {started} worker threads for {threads} workers: no churn",
+        cfg.name
+    );
+    if cfg.tier.is_remote() {
+        assert!(
+            c.remote_writes > 0 && c.remote_reads > 0,
+            "round {k} ({}): nothing went to the cluster and back: {c:?}",
+            cfg.name
         );
     }
     if cfg.inject.fail_read_every > 0 || cfg.inject.fail_write_every > 0 {
@@ -1254,5 +1461,6 @@ fn round(t: &Test, k: u64, cfg: &Config, seed: u64, secs: u64, threads: usize, i
         cfg.name,
         open.len()
     );
+    drop(cluster);
     let _ = std::fs::remove_dir_all(&dir);
 }

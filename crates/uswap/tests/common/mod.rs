@@ -482,3 +482,92 @@ pub fn flush() {
     let _ = std::io::stdout().flush();
     let _ = std::io::stderr().flush();
 }
+
+// ---- a local Redis Cluster (scripts/redis-cluster.sh) -----------------------------
+
+/// A running cluster, stopped on drop.
+pub struct Cluster {
+    pub dir: std::path::PathBuf,
+    pub ports: Vec<u16>,
+}
+
+fn cluster_script() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/redis-cluster.sh")
+}
+
+impl Cluster {
+    pub fn start(base_port: u16) -> Cluster {
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+            "uswap-remote-engine-{}-{base_port}",
+            std::process::id()
+        ));
+        let out = std::process::Command::new(cluster_script())
+            .args(["start", "--dir"])
+            .arg(&dir)
+            .args([
+                "--base-port",
+                &base_port.to_string(),
+                "--node-timeout",
+                "1000",
+            ])
+            .output()
+            .expect("run scripts/redis-cluster.sh");
+        assert!(
+            out.status.success(),
+            "cannot start a local Redis Cluster (the remote tier's tests need one: \
+             scripts/test.sh installs redis-server): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let ports = std::fs::read_to_string(dir.join("ports"))
+            .expect("the script's port list")
+            .lines()
+            .map(|l| l.trim().parse().expect("a port"))
+            .collect();
+        Cluster { dir, ports }
+    }
+
+    pub fn nodes(&self) -> String {
+        self.ports
+            .iter()
+            .map(|p| format!("redis://127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    pub fn cli(&self, port: u16, args: &[&str]) -> String {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-p", &port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// SIGKILL a primary (one that serves slots).
+    pub fn kill_a_primary(&self) -> u16 {
+        let port = *self
+            .ports
+            .iter()
+            .find(|&&p| self.cli(p, &["role"]).starts_with("master"))
+            .expect("a primary");
+        let pid = std::fs::read_to_string(self.dir.join(format!("redis-{port}.pid")))
+            .expect("pid file")
+            .trim()
+            .to_string();
+        assert!(std::process::Command::new("kill")
+            .args(["-KILL", &pid])
+            .status()
+            .unwrap()
+            .success());
+        port
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(cluster_script())
+            .args(["stop", "--dir"])
+            .arg(&self.dir)
+            .status();
+    }
+}
