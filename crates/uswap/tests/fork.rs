@@ -450,14 +450,7 @@ fn forks_hold_no_more_swap_files_than_live_processes() {
 }
 
 fn wait_ok(pid: i32, what: &str) {
-    let mut status = 0;
-    // SAFETY: waits for a child this test forked.
-    let got = unsafe { libc::waitpid(pid, &mut status, 0) };
-    assert_eq!(got, pid, "waitpid {what}");
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "{what} failed: status {status:#x}"
-    );
+    wait_ok_within(pid, 600, what);
 }
 
 /// Issue 11: after a fork, every EBUSY from UFFDIO_MOVE was taken as copy-on-write

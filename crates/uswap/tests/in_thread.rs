@@ -273,19 +273,72 @@ fn system_calls_on_swapped_in_thread_memory_fail_with_efault() {
     pool.check_invariants().unwrap();
 }
 
-/// The address the program's SIGUSR1 handler reads (0: none).
-static NESTED_READ_AT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-static NESTED_READS: AtomicU64 = AtomicU64::new(0);
+/// What the program's handlers read, by test (SIGUSR1: 0, SIGUSR2: 1; the tests run at
+/// once): an address of a live region (0: none), and how many reads they made.
+static READ_AT: [std::sync::atomic::AtomicUsize; 2] = [
+    std::sync::atomic::AtomicUsize::new(0),
+    std::sync::atomic::AtomicUsize::new(0),
+];
+static READS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 
-extern "C" fn read_next_page(_: libc::c_int) {
-    let at = NESTED_READ_AT.load(Relaxed);
+fn read_for(k: usize) {
+    let at = READ_AT[k].load(Relaxed);
     if at != 0 {
-        // SAFETY: `at` is a word of a live region (set before the region's use, cleared
-        // before it is dropped), read atomically as the rest of the test does.
+        // SAFETY: `at` is a word of a live region (set while the region is in use,
+        // cleared before it is dropped), read atomically as the rest of the test does.
         let w = unsafe { &*(at as *const AtomicU64) };
         std::hint::black_box(w.load(Relaxed));
-        NESTED_READS.fetch_add(1, Relaxed);
+        READS[k].fetch_add(1, Relaxed);
     }
+}
+
+extern "C" fn on_sigusr1(_: libc::c_int) {
+    read_for(0);
+}
+
+extern "C" fn on_sigusr2(_: libc::c_int) {
+    read_for(1);
+}
+
+/// Run `body` on this thread while another signals it (SIGUSR1 or SIGUSR2) every
+/// `period_us`; the handler reads what `READ_AT` names. Returns how many reads it made.
+fn signalled(sig: libc::c_int, period_us: u64, body: impl FnOnce()) -> u64 {
+    let (k, handler): (usize, extern "C" fn(libc::c_int)) = match sig {
+        libc::SIGUSR1 => (0, on_sigusr1),
+        _ => (1, on_sigusr2),
+    };
+    // SAFETY: installs a plain handler from a zeroed struct.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = handler as *const () as usize;
+        sa.sa_flags = libc::SA_RESTART;
+        libc::sigaction(sig, &sa, std::ptr::null_mut());
+    }
+    let reads0 = READS[k].load(Relaxed);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        // SAFETY: pthread_self of this thread, signalled only while the scope runs.
+        let me = unsafe { libc::pthread_self() };
+        let stop = &stop;
+        s.spawn(move || {
+            while !stop.load(Relaxed) {
+                // SAFETY: signals this scope's thread, alive until `stop`.
+                unsafe { libc::pthread_kill(me, sig) };
+                std::thread::sleep(std::time::Duration::from_micros(period_us));
+            }
+        });
+        // Also when `body` fails: the signaller stops, the handler reads nothing more.
+        struct Stop<'a>(&'a std::sync::atomic::AtomicBool, usize);
+        impl Drop for Stop<'_> {
+            fn drop(&mut self) {
+                READ_AT[self.1].store(0, Relaxed);
+                self.0.store(true, Relaxed);
+            }
+        }
+        let _stop = Stop(stop, k);
+        body();
+    });
+    READS[k].load(Relaxed) - reads0
 }
 
 /// Issue 40: the SIGBUS handler let asynchronous signals in, so a program's handler
@@ -299,62 +352,25 @@ fn a_signal_handler_that_reads_in_thread_memory_during_a_fault() {
     let pool = Pool::builder().budget(16 * MIB).build().unwrap();
     let r = pool.region_with(64 * MIB, in_thread()).unwrap();
     fill(r.as_words(), 3);
-    // SAFETY: installs a plain handler for SIGUSR1 from a zeroed struct.
-    unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = read_next_page as *const () as usize;
-        sa.sa_flags = libc::SA_RESTART;
-        libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut());
-    }
     let words = r.as_words();
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    std::thread::scope(|s| {
-        // SAFETY: pthread_self of this thread, signalled only while the scope runs.
-        let reader = unsafe { libc::pthread_self() };
-        let stop = &stop;
-        s.spawn(move || {
-            while !stop.load(Relaxed) {
-                // SAFETY: signals the reader thread, alive until `stop`.
-                unsafe { libc::pthread_kill(reader, libc::SIGUSR1) };
-                std::thread::sleep(std::time::Duration::from_micros(25));
-            }
-        });
+    let pages = words.len() / WORDS_PER_PAGE;
+    let reads = signalled(libc::SIGUSR1, 25, || {
         for round in 0..3 {
-            for page in 0..words.len() / WORDS_PER_PAGE {
-                let next = ((page + 1) % (words.len() / WORDS_PER_PAGE)) * WORDS_PER_PAGE;
-                NESTED_READ_AT.store(&words[next] as *const AtomicU64 as usize, Relaxed);
-                let i = page * WORDS_PER_PAGE + round * 7 % WORDS_PER_PAGE;
+            for page in 0..pages {
+                let next = ((page + 1) % pages) * WORDS_PER_PAGE;
+                READ_AT[0].store(&words[next] as *const AtomicU64 as usize, Relaxed);
                 // `fill` wrote every 7th word.
+                let i = page * WORDS_PER_PAGE + round * 7 % WORDS_PER_PAGE;
                 let i = i - i % 7;
                 assert_eq!(words[i].load(Relaxed), mix(3 ^ i as u64), "word {i}");
             }
         }
-        NESTED_READ_AT.store(0, Relaxed);
-        stop.store(true, Relaxed);
     });
     let c = r.counters();
     assert!(c.majflt > 1000, "{c:?}");
-    assert!(
-        NESTED_READS.load(Relaxed) > 100,
-        "the handler ran {} times",
-        NESTED_READS.load(Relaxed)
-    );
+    assert!(reads > 100, "the handler read {reads} times");
     assert_eq!((c.poisoned, c.internal_errors), (0, 0), "{c:?}");
     pool.check_invariants().unwrap();
-}
-
-/// The address the program's SIGUSR2 handler reads (0: none).
-static API_READ_AT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-static API_READS: AtomicU64 = AtomicU64::new(0);
-
-extern "C" fn read_in_unit(_: libc::c_int) {
-    let at = API_READ_AT.load(Relaxed);
-    if at != 0 {
-        // SAFETY: a word of a live region (cleared before the region is dropped).
-        let w = unsafe { &*(at as *const AtomicU64) };
-        std::hint::black_box(w.load(Relaxed));
-        API_READS.fetch_add(1, Relaxed);
-    }
 }
 
 /// A program's signal handler ran on top of the engine's own work on its thread: a
@@ -367,50 +383,29 @@ extern "C" fn read_in_unit(_: libc::c_int) {
 #[test]
 fn a_signal_during_a_discard_reads_the_same_unit() {
     let _w = watchdog(120);
-    // SAFETY: installs a plain handler for SIGUSR2 from a zeroed struct.
-    unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = read_in_unit as *const () as usize;
-        sa.sa_flags = libc::SA_RESTART;
-        libc::sigaction(libc::SIGUSR2, &sa, std::ptr::null_mut());
-    }
     for opts in [RegionOptions::default(), in_thread()] {
         let pool = Pool::builder().budget(16 * MIB).build().unwrap();
         let r = pool.region_with(64 * MIB, opts).unwrap();
         let words = r.as_words();
         fill(words, 5);
-        let reads0 = API_READS.load(Relaxed);
-        let stop = std::sync::atomic::AtomicBool::new(false);
-        std::thread::scope(|s| {
-            // SAFETY: pthread_self of this thread, signalled only while the scope runs.
-            let me = unsafe { libc::pthread_self() };
-            let stop = &stop;
-            s.spawn(move || {
-                while !stop.load(Relaxed) {
-                    // SAFETY: signals this scope's thread, alive until `stop`.
-                    unsafe { libc::pthread_kill(me, libc::SIGUSR2) };
-                    std::thread::sleep(std::time::Duration::from_micros(20));
-                }
-            });
+        let pages = words.len() / WORDS_PER_PAGE;
+        let reads = signalled(libc::SIGUSR2, 20, || {
             let t0 = std::time::Instant::now();
-            let pages = words.len() / WORDS_PER_PAGE;
             let mut x = 1u64;
             while t0.elapsed() < std::time::Duration::from_secs(3) {
                 x = mix(x);
                 let page = x as usize % pages;
-                let other = page ^ 1 ^ (((x >> 20) as usize % 512) & !1);
-                let other = other.min(pages - 1);
-                API_READ_AT.store(&words[other * WORDS_PER_PAGE] as *const _ as usize, Relaxed);
+                // Another page of the same 2 MiB unit.
+                let other = (page ^ 1 ^ (((x >> 20) as usize % 512) & !1)).min(pages - 1);
+                READ_AT[1].store(&words[other * WORDS_PER_PAGE] as *const _ as usize, Relaxed);
                 r.discard(page * 4096, 4096).unwrap();
                 let w = page * WORDS_PER_PAGE;
                 assert_eq!(words[w].load(Relaxed), 0, "page {page} after its discard");
                 words[w].store(mix(5 ^ w as u64), Relaxed);
             }
-            API_READ_AT.store(0, Relaxed);
-            stop.store(true, Relaxed);
         });
         let c = r.counters();
-        assert!(API_READS.load(Relaxed) - reads0 > 100, "{c:?}");
+        assert!(reads > 100, "the handler read {reads} times: {c:?}");
         assert!(c.pswpin > 0, "{c:?}");
         pool.check_invariants().unwrap();
     }
