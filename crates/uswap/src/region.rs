@@ -115,23 +115,8 @@ impl Region {
     /// region), as MADV_DONTNEED does on anonymous memory: the pages read as zeros
     /// afterwards and their slots and cache copies are freed.
     pub fn discard(&self, offset: usize, len: usize) -> crate::Result<()> {
-        if !offset.is_multiple_of(crate::PAGE_SIZE)
-            || !len.is_multiple_of(crate::PAGE_SIZE)
-            || offset.checked_add(len).is_none_or(|e| e > self.len())
-        {
-            return Err(crate::Error::InvalidRegionSize {
-                size: len as u64,
-                reason: format!(
-                    "discard range {offset:#x}+{len:#x} is not page aligned inside the region"
-                ),
-            });
-        }
-        crate::regions::discard(
-            &self.engine,
-            &self.inner,
-            (offset / crate::PAGE_SIZE) as u64,
-            (len / crate::PAGE_SIZE) as u64,
-        );
+        let (first, n) = self.page_range("discard", offset, len)?;
+        crate::regions::discard(&self.engine, &self.inner, first, n);
         Ok(())
     }
 
