@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{run_with_deadline, uswap_exe};
+use common::{cprog, preload, run_with_deadline, uswap_exe};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -394,5 +394,68 @@ fn compressed_only_over_its_share_goes_over_budget_and_finishes() {
             "compressed only, {data}: {:.1} s",
             t.elapsed().as_secs_f64()
         );
+    }
+}
+
+/// Keys in the cluster now (primaries only).
+fn cluster_keys(cluster: &Cluster) -> Vec<String> {
+    let cli = |port: u16, args: &[&str]| {
+        let out = Command::new("redis-cli")
+            .args(["-p", &port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        text(&out.stdout)
+    };
+    let mut keys = Vec::new();
+    for &port in &cluster.ports {
+        if cli(port, &["role"]).starts_with("master") {
+            keys.extend(cli(port, &["--scan"]).lines().map(str::to_string));
+        }
+    }
+    keys.retain(|k| !k.is_empty());
+    keys
+}
+
+/// Issue 48: programs that fork under `uswap run` on the remote tiers: a child reads
+/// the pages it inherited from its parent's keys and evicts its own to keys of its own;
+/// one child, then eight at once (each ends by `_exit`, as Redis' BGSAVE child does).
+/// Every byte checked in every process, and no key left once they all ended.
+#[test]
+fn forked_programs_run_on_the_remote_tiers() {
+    let cluster = Cluster::start(22600);
+    let nodes = cluster.nodes();
+    let fork = cprog("fork");
+    let forkn = cprog("forkn");
+    for tier in ["remote", "compressed+remote"] {
+        for (prog, args, says) in [
+            (&fork, vec![], "fork ok"),
+            (&forkn, vec!["64", "8"], "forkn ok"),
+        ] {
+            let mut cmd = Command::new(uswap_exe());
+            cmd.env("USWAP_PRELOAD", preload())
+                .args(["run", "--budget", "32M", "--tier", tier, "--remote", &nodes])
+                .arg("--")
+                .arg(prog)
+                .args(&args);
+            let out = run_with_deadline(cmd, 240);
+            let (o, e) = (text(&out.stdout), text(&out.stderr));
+            assert!(
+                out.status.success() && o.contains(says),
+                "{tier} {}: {:?}\nstdout: {o}\nstderr: {e}",
+                prog.display(),
+                out.status
+            );
+            assert!(
+                !e.contains("SIGBUS") && !e.contains("failed"),
+                "{tier}: {e}"
+            );
+            let left = cluster_keys(&cluster);
+            assert!(
+                left.is_empty(),
+                "{tier} {}: keys left: {left:?}",
+                prog.display()
+            );
+        }
     }
 }

@@ -104,6 +104,8 @@ struct Wanted {
     token: u64,
     id: u64,
     generation: u64,
+    /// whose value: this store's, or an ancestor's (`Shared::resolve`)
+    source: usize,
 }
 
 /// A RESP2 reply (the subset of the protocol that `AUTH` and `HMGET` answer with).
@@ -150,7 +152,7 @@ impl DirectReads {
     /// token, here or (for what it hands on) on the client's queue.
     pub fn get_batch(&mut self, requests: Vec<(u64, u64)>) {
         let mut handed_on = Vec::new();
-        let mut by_group: BTreeMap<u64, Vec<Wanted>> = BTreeMap::new();
+        let mut by_group: BTreeMap<(usize, u64), Vec<Wanted>> = BTreeMap::new();
         if !self.enabled {
             self.client.get_batch(requests);
             return;
@@ -160,12 +162,16 @@ impl DirectReads {
         } else {
             let live = self.shared().live.lock().expect("live set");
             for (token, id) in requests {
-                match live.generation(id) {
-                    Some(generation) => by_group.entry(group_of(id)).or_default().push(Wanted {
-                        token,
-                        id,
-                        generation,
-                    }),
+                match self.shared().resolve(&live, id) {
+                    Some((source, generation)) => by_group
+                        .entry((source, group_of(id)))
+                        .or_default()
+                        .push(Wanted {
+                            token,
+                            id,
+                            generation,
+                            source,
+                        }),
                     // the async path answers NotStored
                     None => handed_on.push((token, id)),
                 }
@@ -176,8 +182,8 @@ impl DirectReads {
             self.routes = routes;
         }
         let now = Instant::now();
-        for (group, wanted) in by_group {
-            let key = self.shared().prefix.group_key(group);
+        for ((source, group), wanted) in by_group {
+            let key = self.shared().prefix_of(source).group_key(group);
             match self.link_for(&key, now) {
                 Some(i) if self.send(i, &key, &wanted, &mut handed_on) => {}
                 _ => handed_on.extend(wanted.iter().map(|w| (w.token, w.id))),
@@ -485,7 +491,9 @@ impl DirectReads {
         let c = &shared.counters;
         for (w, value) in wanted.into_iter().zip(values) {
             let opened = match value {
-                Reply::Bulk(bytes) => layout::open(&shared.prefix, w.id, w.generation, bytes).ok(),
+                Reply::Bulk(bytes) => {
+                    layout::open(shared.prefix_of(w.source), w.id, w.generation, bytes).ok()
+                }
                 _ => None,
             };
             let Some(payload) = opened else {

@@ -127,6 +127,7 @@ mod counters;
 mod direct;
 mod error;
 pub mod layout;
+mod lineage;
 mod live;
 mod store;
 
@@ -135,4 +136,5 @@ pub use config::RemoteConfig;
 pub use counters::{LatencySummary, RemoteCounters};
 pub use direct::DirectReads;
 pub use error::RemoteError;
+pub use lineage::{ChildHold, Inheritance};
 pub use store::{CloseReport, Location, RemoteClient, RemoteStore};

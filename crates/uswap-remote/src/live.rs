@@ -8,6 +8,7 @@ use std::collections::HashMap;
 
 use crate::layout::{group_of, GROUP_IDS};
 
+#[derive(Clone)]
 struct Group {
     generations: Box<[u64; GROUP_IDS as usize]>,
     live: u32,
@@ -27,7 +28,7 @@ impl Group {
 }
 
 /// Live ids and their generations (guarded by the store's mutex).
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct LiveSet {
     groups: HashMap<u64, Group>,
     next_generation: u64,

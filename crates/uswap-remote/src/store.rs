@@ -18,6 +18,7 @@ use crate::completion::{Completion, CompletionQueue};
 use crate::conn::Conn;
 use crate::counters::Counters;
 use crate::layout::{self, group_of, Prefix};
+use crate::lineage::{self, Ancestor, ChildHold, Inheritance, Lineage};
 use crate::live::LiveSet;
 use crate::{RemoteConfig, RemoteCounters, RemoteError};
 
@@ -54,6 +55,8 @@ pub struct CloseReport {
     pub groups_deleted: u64,
     /// Group keys whose delete failed (they expire within `key_ttl`).
     pub groups_failed: u64,
+    /// Group keys left to live children (the last of them deletes them).
+    pub groups_left: u64,
 }
 
 /// Where an id's value lives: for tools and tests that look at the cluster directly.
@@ -80,6 +83,12 @@ pub(crate) struct Shared {
     background: Conn,
     /// guarded: live ids and their generations
     pub(crate) live: Mutex<LiveSet>,
+    /// the ancestors' values this store may read (a forked child's)
+    lineage: Lineage,
+    /// guarded: groups listed in the prefix's `groups` meta key (a forked child's store
+    /// lists each group before its first write, for the parent to delete if the child
+    /// ends without closing)
+    listed: Mutex<HashSet<u64>>,
     pub(crate) counters: Counters,
     /// guarded: addresses that were primaries (a new one is a failover seen)
     primaries: Mutex<HashSet<String>>,
@@ -207,6 +216,28 @@ enum Failure {
 }
 
 impl Shared {
+    /// Where a read of `id` finds its value: this store's (source 0) or an ancestor's
+    /// (source k + 1 for ancestor k, newest first), and the generation to expect. Ids of a
+    /// forked child's own writes never collide with inherited ones (the engine gives the
+    /// child slots past its parent's).
+    pub(crate) fn resolve(&self, live: &LiveSet, id: u64) -> Option<(usize, u64)> {
+        if let Some(g) = live.generation(id) {
+            return Some((0, g));
+        }
+        let ancestors = &self.lineage.ancestors;
+        (0..ancestors.len())
+            .rev()
+            .find_map(|k| ancestors[k].live.generation(id).map(|g| (k + 1, g)))
+    }
+
+    /// The prefix of values from `source` (see [`Shared::resolve`]).
+    pub(crate) fn prefix_of(&self, source: usize) -> &Prefix {
+        match source {
+            0 => &self.prefix,
+            k => &self.lineage.ancestors[k - 1].prefix,
+        }
+    }
+
     /// Takes a fresh layout of the cluster: per-slot replica health, and new primaries (a
     /// failover seen).
     fn update_layout(&self, layout: Layout) {
@@ -457,6 +488,18 @@ impl Shared {
 
     async fn put_group(self: &Arc<Self>, group: u64, items: Vec<Put>) -> Result<(), RemoteError> {
         let key = self.prefix.group_key(group);
+        if self.lineage.token.is_some() && self.listed.lock().expect("listed").insert(group) {
+            let meta = lineage::meta_keys(&self.prefix);
+            let mut pipe = redis::pipe();
+            pipe.cmd("SADD").arg(&meta[4]).arg(&key);
+            pipe.cmd("PEXPIRE")
+                .arg(&meta[4])
+                .arg(self.cfg.key_ttl.as_millis() as u64);
+            if self.run(&self.background, &pipe, None).await.is_err() {
+                // listed on the next write (unlisted, it would only expire)
+                self.listed.lock().expect("listed").remove(&group);
+            }
+        }
         let slot = layout::slot_of(&key);
         let mut pipe = redis::pipe();
         // The fields and their key's expiry as one transaction: pipelined apart, a
@@ -605,13 +648,15 @@ impl Shared {
     async fn get_batch(&self, ids: &[u64]) -> Vec<Result<Vec<u8>, RemoteError>> {
         let started = Instant::now();
         let mut results: Vec<Option<Result<Vec<u8>, RemoteError>>> = vec![None; ids.len()];
-        let mut by_group: BTreeMap<u64, Vec<(usize, u64, u64)>> = BTreeMap::new();
+        // by (source, group): each wanted id's (position in `ids`, id, generation)
+        type Wanted = Vec<(usize, u64, u64)>;
+        let mut by_group: BTreeMap<(usize, u64), Wanted> = BTreeMap::new();
         {
             let live = self.live.lock().expect("live set");
             for (at, &id) in ids.iter().enumerate() {
-                match live.generation(id) {
-                    Some(generation) => by_group
-                        .entry(group_of(id))
+                match self.resolve(&live, id) {
+                    Some((source, generation)) => by_group
+                        .entry((source, group_of(id)))
                         .or_default()
                         .push((at, id, generation)),
                     None => results[at] = Some(Err(RemoteError::NotStored { id })),
@@ -619,17 +664,18 @@ impl Shared {
             }
         }
         let groups = futures_util::future::join_all(by_group.into_iter().map(
-            |(group, wanted)| async move {
+            |((source, group), wanted)| async move {
                 let mut pipe = redis::pipe();
-                pipe.cmd("HMGET").arg(self.prefix.group_key(group));
+                pipe.cmd("HMGET")
+                    .arg(self.prefix_of(source).group_key(group));
                 for (_, id, generation) in &wanted {
                     pipe.arg(field(*id, *generation));
                 }
-                (wanted, self.run(&self.reads, &pipe, None).await)
+                (source, wanted, self.run(&self.reads, &pipe, None).await)
             },
         ))
         .await;
-        for (wanted, reply) in groups {
+        for (source, wanted, reply) in groups {
             let values = match reply {
                 Ok(mut values) => match values.pop() {
                     Some(Value::Array(values)) if values.len() == wanted.len() => Ok(values),
@@ -640,7 +686,7 @@ impl Shared {
             match values {
                 Ok(values) => {
                     for ((at, id, generation), value) in wanted.into_iter().zip(values) {
-                        results[at] = Some(self.open_value(id, generation, value));
+                        results[at] = Some(self.open_value(source, id, generation, value));
                     }
                 }
                 Err(e) => {
@@ -680,9 +726,15 @@ impl Shared {
         results
     }
 
-    fn open_value(&self, id: u64, generation: u64, value: Value) -> Result<Vec<u8>, RemoteError> {
+    fn open_value(
+        &self,
+        source: usize,
+        id: u64,
+        generation: u64,
+        value: Value,
+    ) -> Result<Vec<u8>, RemoteError> {
         match value {
-            Value::BulkString(bytes) => layout::open(&self.prefix, id, generation, bytes),
+            Value::BulkString(bytes) => layout::open(self.prefix_of(source), id, generation, bytes),
             Value::Nil => Err(RemoteError::Lost {
                 id,
                 why: "its field is missing: every copy lost, expired, or deleted",
@@ -713,6 +765,92 @@ impl Shared {
         self.queue_hdel(by_group);
     }
 
+    /// `UNLINK`s each key (64 at a time); returns how many were unlinked.
+    async fn unlink_each(&self, keys: impl IntoIterator<Item = String>) -> u64 {
+        stream::iter(keys)
+            .map(|key| async move {
+                let mut pipe = redis::pipe();
+                pipe.cmd("UNLINK").arg(key);
+                u64::from(self.run(&self.background, &pipe, None).await.is_ok())
+            })
+            .buffer_unordered(BACKGROUND_CONCURRENCY)
+            .fold(0, |n, k| async move { n + k })
+            .await
+    }
+
+    /// `UNLINK`s a prefix's meta keys (one hash tag: one request).
+    async fn unlink_meta(&self, meta: &[String; 5]) {
+        let mut pipe = redis::pipe();
+        pipe.cmd("UNLINK").arg(&meta[..]);
+        let _ = self.run(&self.background, &pipe, None).await;
+    }
+
+    /// Runs a script of [`crate::lineage`] on `keys` with `args` (the TTL first); its
+    /// integer answer.
+    async fn script(&self, script: &str, keys: &[String], args: Vec<String>) -> Option<i64> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("EVAL")
+            .arg(script)
+            .arg(keys.len())
+            .arg(keys)
+            .arg(self.cfg.key_ttl.as_millis() as u64)
+            .arg(args);
+        match self.run(&self.background, &pipe, None).await.ok()?.pop() {
+            Some(Value::Int(n)) => Some(n),
+            _ => None,
+        }
+    }
+
+    /// The owner closes: the groups `left` go to the live children `tokens`. Returns how
+    /// many readers remain (`None`: not known; the keys then expire).
+    async fn hand_over(&self, meta: &[String; 5], tokens: &[u64], left: &[String]) -> Option<i64> {
+        let mut args: Vec<String> = vec![tokens.len().to_string()];
+        args.extend(tokens.iter().map(u64::to_string));
+        args.extend(left.iter().cloned());
+        self.script(lineage::CLOSE, &meta[..4], args).await
+    }
+
+    /// `UNLINK`s every group key of `prefix` listed in the set `list` (only keys of that
+    /// prefix), then the prefix's meta keys.
+    async fn unlink_listed(&self, prefix: &Prefix, list: &str) {
+        let mut pipe = redis::pipe();
+        pipe.cmd("SMEMBERS").arg(list);
+        let keys: Vec<String> = match self.run(&self.background, &pipe, None).await {
+            Ok(mut v) => match v.pop() {
+                Some(Value::Array(keys)) | Some(Value::Set(keys)) => keys
+                    .into_iter()
+                    .filter_map(|k| redis::from_redis_value::<String>(k).ok())
+                    .collect(),
+                _ => Vec::new(),
+            },
+            Err(_) => Vec::new(),
+        };
+        let own = format!("uswap:{{{}.", prefix.as_hex());
+        self.unlink_each(keys.into_iter().filter(|k| k.starts_with(&own)))
+            .await;
+        self.unlink_meta(&lineage::meta_keys(prefix)).await;
+    }
+
+    /// A forked child of this store is gone with its descendants: what its store listed.
+    async fn delete_registered(&self, prefix: &Prefix) {
+        self.unlink_listed(prefix, &lineage::meta_keys(prefix)[4])
+            .await;
+    }
+
+    /// This process is done with the values of ancestor `prefix`; its live children
+    /// (`tokens`) are not. The last reader after the owner closed deletes what is left.
+    async fn leave(&self, prefix: &Prefix, tokens: &[u64]) {
+        let Some(me) = self.lineage.token else {
+            return;
+        };
+        let meta = lineage::meta_keys(prefix);
+        let mut args = vec![me.to_string()];
+        args.extend(tokens.iter().map(u64::to_string));
+        if self.script(lineage::LEAVE, &meta[..3], args).await == Some(1) {
+            self.unlink_listed(prefix, &meta[3]).await;
+        }
+    }
+
     /// Sets the TTL of every group holding a live id again.
     async fn refresh_ttl(&self) -> Result<(), RemoteError> {
         let groups = self.live.lock().expect("live set").live_groups();
@@ -741,6 +879,28 @@ impl Shared {
             .collect::<Vec<_>>()
             .await;
         Counters::add(&self.counters.ttl_refresh_errors, failed.len() as u64);
+        // The ancestors' groups this store reads, and the meta keys of its prefix and
+        // theirs (a missing key is no error here: an ancestor freed those values, or no
+        // meta key was ever made).
+        let mut others: Vec<String> = lineage::meta_keys(&self.prefix).into();
+        for a in &self.lineage.ancestors {
+            others.extend(
+                a.live
+                    .live_groups()
+                    .into_iter()
+                    .map(|g| a.prefix.group_key(g)),
+            );
+            others.extend(lineage::meta_keys(&a.prefix));
+        }
+        stream::iter(others)
+            .map(|key| async move {
+                let mut pipe = redis::pipe();
+                pipe.cmd("PEXPIRE").arg(key).arg(ttl_ms);
+                let _ = self.run(&self.background, &pipe, None).await;
+            })
+            .buffer_unordered(BACKGROUND_CONCURRENCY)
+            .collect::<Vec<()>>()
+            .await;
         match failed.into_iter().next() {
             None => Ok(()),
             Some(e) => Err(e),
@@ -754,6 +914,59 @@ impl RemoteStore {
     /// refused), reads its layout (for `replicas_to_wait`), opens the connections, and makes
     /// the pool's random key prefix. Blocks for at most about `op_timeout` per seed.
     pub fn connect(cfg: RemoteConfig) -> Result<RemoteStore, RemoteError> {
+        RemoteStore::connect_with(cfg, Prefix::random()?, Lineage::default())
+    }
+
+    /// In a forked child: a store of its own (new connections, runtime and prefix) that
+    /// also reads the values its ancestors held at the fork (see [`crate::lineage`]).
+    pub fn connect_child(inheritance: Inheritance) -> Result<RemoteStore, RemoteError> {
+        let lineage = Lineage {
+            ancestors: inheritance.ancestors,
+            token: Some(inheritance.token),
+        };
+        RemoteStore::connect_with(inheritance.cfg, inheritance.prefix, lineage)
+    }
+
+    /// Just before a fork (no request of this store may start until it returns): what the
+    /// child needs to read this store's values and its ancestors' ([`Self::connect_child`]),
+    /// and a token naming the child ([`Inheritance::token`]).
+    pub fn fork_inheritance(&self) -> Result<Inheritance, RemoteError> {
+        let mut token = [0u8; 8];
+        getrandom::fill(&mut token)
+            .map_err(|e| RemoteError::Config(format!("no OS randomness for a fork token: {e}")))?;
+        let mut ancestors = self.shared.lineage.ancestors.clone();
+        ancestors.push(Ancestor {
+            prefix: self.shared.prefix.clone(),
+            live: Arc::new(self.shared.live.lock().expect("live set").clone()),
+        });
+        Ok(Inheritance {
+            cfg: self.shared.cfg.clone(),
+            ancestors,
+            token: u64::from_le_bytes(token),
+            prefix: Prefix::random()?,
+        })
+    }
+
+    /// A child forked with `inheritance` and all its descendants are gone: delete every key
+    /// the child's store wrote and did not delete itself (it ended without closing: `_exit`,
+    /// exec, a kill), in the background. Nobody can read them any more.
+    pub fn reap_child(&self, inheritance_prefix: &Prefix) {
+        let Some(guard) = InFlight::enter(&self.shared) else {
+            return;
+        };
+        let shared = self.shared.clone();
+        let prefix = inheritance_prefix.clone();
+        self.shared.runtime.spawn(async move {
+            let _guard = guard;
+            shared.delete_registered(&prefix).await;
+        });
+    }
+
+    fn connect_with(
+        cfg: RemoteConfig,
+        prefix: Prefix,
+        lineage: Lineage,
+    ) -> Result<RemoteStore, RemoteError> {
         cfg.validate()?;
         let addrs = cfg.node_addresses()?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -764,9 +977,13 @@ impl RemoteStore {
             .map_err(|e| {
                 RemoteError::Config(format!("cannot start the remote tier's runtime: {e}"))
             })?;
-        let prefix = Prefix::random()?;
-        let shared =
-            runtime.block_on(connect_shared(cfg, addrs, prefix, runtime.handle().clone()))?;
+        let shared = runtime.block_on(connect_shared(
+            cfg,
+            addrs,
+            prefix,
+            lineage,
+            runtime.handle().clone(),
+        ))?;
         let shared = Arc::new(shared);
         let background = vec![
             runtime.spawn(refresh_loop(Arc::downgrade(&shared))),
@@ -887,10 +1104,18 @@ impl RemoteStore {
     /// the requests in flight finish (for at most `retry_for + op_timeout`), and stops the
     /// runtime. Clients of a closed store complete every request with [`RemoteError::Closed`].
     pub fn close(mut self) -> Result<CloseReport, RemoteError> {
-        self.close_inner()
+        self.close_inner(&[])
     }
 
-    fn close_inner(&mut self) -> Result<CloseReport, RemoteError> {
+    /// As [`Self::close`], for a process whose forked children may still read its values:
+    /// the groups holding an id of `children` are left to them (the last of them to finish
+    /// deletes them), the rest are deleted; and this store leaves the values it inherited
+    /// to its live children in turn (see [`crate::lineage`]).
+    pub fn close_with(mut self, children: &[ChildHold]) -> Result<CloseReport, RemoteError> {
+        self.close_inner(children)
+    }
+
+    fn close_inner(&mut self, children: &[ChildHold]) -> Result<CloseReport, RemoteError> {
         let Some(runtime) = self.runtime.take() else {
             return Ok(CloseReport::default());
         };
@@ -908,33 +1133,47 @@ impl RemoteStore {
         );
         groups.sort_unstable();
         groups.dedup();
+        let held: HashSet<u64> = children
+            .iter()
+            .flat_map(|c| c.ids.iter().map(|&id| group_of(id)))
+            .collect();
+        let (mut left, groups): (Vec<u64>, Vec<u64>) =
+            groups.into_iter().partition(|g| held.contains(g));
+        let tokens: Vec<u64> = children.iter().map(|c| c.token).collect();
         // one UNLINK per group, 64 at a time; the whole close bounded by retry_for + op_timeout
         // (a dead cluster must not hold the exit: the TTL removes what is left)
         let deleted = std::sync::atomic::AtomicU64::new(0);
         let budget = shared.cfg.retry_for + shared.cfg.op_timeout;
+        let mut all = groups.len();
         let _ = runtime.block_on(async {
-            tokio::time::timeout(
-                budget,
-                stream::iter(groups.iter().copied())
-                    .map(|group| {
-                        let (shared, deleted) = (&shared, &deleted);
-                        async move {
-                            let mut pipe = redis::pipe();
-                            pipe.cmd("UNLINK").arg(shared.prefix.group_key(group));
-                            if shared.run(&shared.background, &pipe, None).await.is_ok() {
-                                deleted.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                    })
-                    .buffer_unordered(BACKGROUND_CONCURRENCY)
-                    .collect::<Vec<()>>(),
-            )
+            tokio::time::timeout(budget, async {
+                let keys = groups.iter().map(|&g| shared.prefix.group_key(g));
+                deleted.fetch_add(shared.unlink_each(keys).await, Ordering::Relaxed);
+                let meta = lineage::meta_keys(&shared.prefix);
+                if !left.is_empty() {
+                    let keys: Vec<String> =
+                        left.iter().map(|&g| shared.prefix.group_key(g)).collect();
+                    if shared.hand_over(&meta, &tokens, &keys).await == Some(0) {
+                        // the children finished meanwhile
+                        all += left.len();
+                        left.clear();
+                        deleted.fetch_add(shared.unlink_each(keys).await, Ordering::Relaxed);
+                        shared.unlink_meta(&meta).await;
+                    }
+                } else {
+                    shared.unlink_meta(&meta).await;
+                }
+                for a in &shared.lineage.ancestors {
+                    shared.leave(&a.prefix, &tokens).await;
+                }
+            })
             .await
         });
         let deleted = deleted.load(Ordering::Relaxed);
         let report = CloseReport {
             groups_deleted: deleted,
-            groups_failed: groups.len() as u64 - deleted,
+            groups_failed: all as u64 - deleted,
+            groups_left: left.len() as u64,
         };
         runtime.shutdown_timeout(Duration::from_secs(1));
         if report.groups_failed > 0 {
@@ -943,8 +1182,7 @@ impl RemoteStore {
                 attempts: 0,
                 last: format!(
                     "{} of {} group keys not deleted at close (they expire within key_ttl)",
-                    report.groups_failed,
-                    groups.len()
+                    report.groups_failed, all
                 ),
             });
         }
@@ -954,7 +1192,7 @@ impl RemoteStore {
 
 impl Drop for RemoteStore {
     fn drop(&mut self) {
-        let _ = self.close_inner();
+        let _ = self.close_inner(&[]);
     }
 }
 
@@ -1113,6 +1351,7 @@ async fn connect_shared(
     cfg: RemoteConfig,
     addrs: Vec<(String, u16)>,
     prefix: Prefix,
+    lineage: Lineage,
     runtime: tokio::runtime::Handle,
 ) -> Result<Shared, RemoteError> {
     let scheme = if cfg.tls { "rediss" } else { "redis" };
@@ -1167,6 +1406,8 @@ async fn connect_shared(
         writes,
         background,
         live: Mutex::new(LiveSet::default()),
+        lineage,
+        listed: Mutex::new(HashSet::new()),
         counters: Counters::default(),
         primaries: Mutex::new(layout.primaries),
         slot_replicas: Mutex::new(Arc::new(layout.slot_replicas)),

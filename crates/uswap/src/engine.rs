@@ -80,6 +80,23 @@ pub(crate) fn live_engines() -> Vec<Arc<Engine>> {
 }
 
 impl Engine {
+    /// A pool or region handle ends; with the last one the threads stop and the remote
+    /// tier's values go, except those a live forked child may still read (left to it).
+    /// (Not in `Drop`: in a forked child, the parent's threads' references to the engine
+    /// were copied and are never dropped.)
+    pub(crate) fn drop_user(&self) {
+        if self.threads.drop_user() {
+            self.close_remote();
+        }
+    }
+
+    /// The remote tier's values go, except those a live forked child may still read.
+    pub(crate) fn close_remote(&self) {
+        if let Some(r) = &self.tiers.remote {
+            r.close(crate::fork::live_children(self));
+        }
+    }
+
     /// Open everything and start the threads. The caller becomes the first user.
     pub(crate) fn start(cfg: PoolBuilder) -> Result<Arc<Engine>> {
         // Threads started here (the engine's, the remote tier's runtime) inherit this

@@ -39,6 +39,8 @@ struct Prepared {
     write_end: OwnedFd,
     /// Slots the parent holds a reference to on the child's behalf.
     slots: Vec<Slot>,
+    /// The child's token on the remote tier.
+    token: Option<u64>,
 }
 
 /// A child (and its descendants) that may still read this process's slots.
@@ -47,6 +49,7 @@ struct Child {
     pipe: OwnedFd,
     slots: Vec<Slot>,
     armed: bool,
+    token: Option<u64>,
 }
 
 /// Fork state of one engine.
@@ -230,6 +233,7 @@ fn prepare(e: &Arc<Engine>) {
     for &s in &slots {
         e.tiers.dup_for_child(e, s);
     }
+    let token = e.tiers.remote.as_ref().and_then(|r| r.prepare_fork());
     if fds[0] > 0 {
         // SAFETY: two fresh descriptors owned by nobody else.
         let (read_end, write_end) =
@@ -238,12 +242,16 @@ fn prepare(e: &Arc<Engine>) {
             read_end,
             write_end,
             slots,
+            token,
         });
     }
 }
 
 fn parent(e: &Arc<Engine>) {
     let f = &e.fork;
+    if let Some(r) = &e.tiers.remote {
+        r.after_fork_parent();
+    }
     if let Some(p) = f.prepared.lock().unwrap_or_else(|p| p.into_inner()).take() {
         // Only the child keeps the write end.
         drop(p.write_end);
@@ -256,6 +264,7 @@ fn parent(e: &Arc<Engine>) {
                 pipe: p.read_end,
                 slots: p.slots,
                 armed: false,
+                token: p.token,
             });
     }
     f.pending.store(false, SeqCst);
@@ -273,6 +282,16 @@ pub(crate) fn arm_child_polls(e: &Engine, ctx: &mut ThreadCtx) {
     }
 }
 
+/// Children that may still read this process's slots (their pipes not hung up): each
+/// one's remote token and the slots held for it.
+pub(crate) fn live_children(e: &Engine) -> Vec<(u64, Vec<Slot>)> {
+    let g = e.fork.children.lock().unwrap_or_else(|p| p.into_inner());
+    g.iter()
+        .filter(|c| !crate::sys::mem::hung_up(c.pipe.as_raw_fd()))
+        .filter_map(|c| Some((c.token?, c.slots.clone())))
+        .collect()
+}
+
 /// The pipe of child `id` reported: the child and its descendants are gone, and
 /// with them every reference held on their behalf.
 pub(crate) fn child_poll_done(e: &Engine, id: u64) {
@@ -285,6 +304,9 @@ pub(crate) fn child_poll_done(e: &Engine, id: u64) {
     };
     for s in c.slots {
         e.tiers.put_child_ref(e, s);
+    }
+    if let (Some(r), Some(token)) = (&e.tiers.remote, c.token) {
+        r.child_gone(token);
     }
 }
 
@@ -353,9 +375,9 @@ fn child(e: &Arc<Engine>) {
         say!("uswap: after fork: cannot register the swap cache's frames: {err}");
     }
     // The remote tier first: the slots released below must not reach the parent's
-    // connections (their threads do not exist here).
+    // connections (their threads do not exist here) nor delete its values.
     if let Some(r) = &e.tiers.remote {
-        r.fork_child();
+        r.fork_child_begin();
     }
     // Regions: registered again, each with its own kind of descriptor (the fault
     // threads' or the in-thread one, both new here); the parent's I/O does not land
@@ -461,6 +483,9 @@ fn child(e: &Arc<Engine>) {
                  file; its pages stay in RAM, over budget"
             );
         }
+    }
+    if let Some(r) = &e.tiers.remote {
+        r.fork_child_connect();
     }
     e.tiers.inflight_reset();
     e.tiers.packed.reset_after_fork();

@@ -609,8 +609,19 @@ impl std::fmt::Debug for Pool {
     }
 }
 
+impl Pool {
+    /// For a pool that is never dropped (one in a `static`, which lives until the process
+    /// exits): deletes the remote tier's values now, as the pool's end would (those a live
+    /// forked child may still read are left to it). Call it as the process exits; a page
+    /// still on the remote tier cannot be read after it (SIGBUS). Nothing to do without a
+    /// remote tier.
+    pub fn close_remote_at_exit(&self) {
+        self.engine.close_remote();
+    }
+}
+
 impl Drop for Pool {
     fn drop(&mut self) {
-        self.engine.threads.drop_user();
+        self.engine.drop_user();
     }
 }

@@ -106,7 +106,7 @@ impl Region {
 impl Drop for Region {
     fn drop(&mut self) {
         crate::regions::destroy(&self.engine, &self.inner);
-        self.engine.threads.drop_user();
+        self.engine.drop_user();
     }
 }
 

@@ -216,8 +216,9 @@ impl Threads {
     }
 
     /// One handle fewer; the last one stops the threads and waits for them.
-    pub(crate) fn drop_user(&self) {
-        if self.users.fetch_sub(1, AcqRel) == 1 {
+    pub(crate) fn drop_user(&self) -> bool {
+        let last = self.users.fetch_sub(1, AcqRel) == 1;
+        if last {
             self.shutdown.store(true, Release);
             signal_eventfd(self.kswapd_event.as_raw_fd());
             for e in &self.fault_events {
@@ -228,6 +229,7 @@ impl Threads {
                 let _ = h.join();
             }
         }
+        last
     }
 
     /// Engine threads that ended while the pool lives (a panic aborts the process, so

@@ -238,3 +238,239 @@ fn a_cluster_down_at_start_is_a_clear_error() {
         .unwrap_err();
     assert!(e.to_string().contains("--remote"), "{e}");
 }
+
+/// Keys in the cluster now (primaries only), each with its remaining TTL in ms.
+fn keys_with_ttl(c: &Cluster) -> Vec<(String, i64)> {
+    let mut out = Vec::new();
+    for &port in &c.ports {
+        if !c.cli(port, &["role"]).starts_with("master") {
+            continue;
+        }
+        for key in c.cli(port, &["--scan"]).lines().filter(|k| !k.is_empty()) {
+            let ttl = c.cli(port, &["pttl", key]).trim().parse().expect("pttl");
+            out.push((key.to_string(), ttl));
+        }
+    }
+    out
+}
+
+/// Waits for child `pid` (killing it past `secs`); whether it exited 0.
+fn wait_child(pid: i32, secs: u64) -> bool {
+    let t = std::time::Instant::now();
+    let mut status = 0;
+    loop {
+        // SAFETY: polls a child this test forked.
+        let got = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if got == pid {
+            return libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+        }
+        if got < 0 || t.elapsed() > std::time::Duration::from_secs(secs) {
+            // SAFETY: kills the hung child this test forked, then reaps it.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+/// Words `[from, to)` hold `seed`'s pattern.
+fn check_range(words: &[AtomicU64], seed: u64, from: usize, to: usize) -> bool {
+    (from..to).all(|i| words[i].load(Relaxed) == word(seed, i))
+}
+
+fn remote_pool(c: &Cluster, tier: TierKind) -> Pool {
+    Pool::builder()
+        .budget(8 * MIB)
+        .tier(tier)
+        .remote(c.nodes())
+        .compressed_max_percent(25)
+        .build()
+        .unwrap()
+}
+
+/// Issue 48: a forked child (and its own child) reads the pages it inherited on the remote
+/// tier from its ancestors' keys, and evicts its own to keys of its own; every byte
+/// checked in all three processes, and no key left once they all ended.
+#[test]
+fn forked_children_read_inherited_remote_pages_and_write_their_own() {
+    with_deadline(300, |t| {
+        let c = Cluster::start(22300);
+        for tier in [TierKind::Remote, TierKind::CompressedRemote] {
+            t.phase(format!("{tier:?}"));
+            let p = remote_pool(&c, tier);
+            let r = p.region(32 * MIB).unwrap();
+            let w = r.as_words();
+            let n = w.len();
+            fill(w, 1);
+            assert!(
+                p.counters().remote_writes > 0,
+                "{tier:?}: nothing went remote"
+            );
+            // SAFETY: fork; the child only runs uswap and these checks, then _exit.
+            let pid = unsafe { libc::fork() };
+            assert!(pid >= 0);
+            if pid == 0 {
+                common::child_deadline(120);
+                let mut ok = check_range(w, 1, 0, n);
+                for (i, x) in w.iter().enumerate().skip(n / 2) {
+                    x.store(word(2, i), Relaxed);
+                }
+                ok &= check_range(w, 1, 0, n / 2) && check_range(w, 2, n / 2, n);
+                // a grandchild reads both its ancestors' values
+                // SAFETY: fork again; the grandchild checks, writes, checks, then _exit.
+                let gpid = unsafe { libc::fork() };
+                if gpid == 0 {
+                    let mut ok = check_range(w, 1, 0, n / 2) && check_range(w, 2, n / 2, n);
+                    for (i, x) in w.iter().enumerate().take(n / 4) {
+                        x.store(word(3, i), Relaxed);
+                    }
+                    ok &= check_range(w, 3, 0, n / 4) && check_range(w, 2, n / 2, n);
+                    let k = p.counters();
+                    ok &= k.remote_writes > 0 && k.poisoned == 0;
+                    drop(r);
+                    drop(p);
+                    // SAFETY: ends the grandchild without running the test harness's exit.
+                    unsafe { libc::_exit(i32::from(!ok)) };
+                }
+                ok &= gpid > 0 && wait_child(gpid, 100);
+                ok &= check_range(w, 1, 0, n / 2) && check_range(w, 2, n / 2, n);
+                let k = p.counters();
+                ok &= k.remote_writes > 0 && k.remote_reads > 0 && k.poisoned == 0;
+                drop(r);
+                drop(p);
+                // SAFETY: ends the child without running the test harness's exit.
+                unsafe { libc::_exit(i32::from(!ok)) };
+            }
+            assert!(wait_child(pid, 150), "{tier:?}: the child's checks failed");
+            check(w, 1);
+            assert_eq!(p.counters().poisoned, 0);
+            drop(r);
+            drop(p);
+            let left = keys_with_ttl(&c);
+            assert!(left.is_empty(), "{tier:?}: keys left: {left:?}");
+        }
+    });
+}
+
+/// Issue 48: eight children read in parallel while their parent ends first: the parent
+/// leaves the values they hold to them (its other keys go), the last child to finish
+/// deletes them, and nothing is left.
+#[test]
+fn a_parent_that_ends_first_leaves_its_values_to_its_children() {
+    with_deadline(300, |t| {
+        let c = Cluster::start(22400);
+        let p = remote_pool(&c, TierKind::Remote);
+        let r = p.region(32 * MIB).unwrap();
+        let w = r.as_words();
+        let n = w.len();
+        fill(w, 4);
+        t.phase("fork 8");
+        let mut go = [0i32; 2];
+        // SAFETY: a pipe into a live array.
+        assert_eq!(unsafe { libc::pipe(go.as_mut_ptr()) }, 0);
+        let mut pids = Vec::new();
+        for k in 0..8usize {
+            // SAFETY: fork; the child waits for the parent's pool to end, checks, writes
+            // its own, checks, then _exit.
+            let pid = unsafe { libc::fork() };
+            assert!(pid >= 0);
+            if pid == 0 {
+                common::child_deadline(120);
+                let mut b = [0u8; 1];
+                // SAFETY: closes this child's copy of the write end, then reads the pipe
+                // (EOF once the parent closes its own).
+                unsafe {
+                    libc::close(go[1]);
+                    libc::read(go[0], b.as_mut_ptr().cast(), 1);
+                }
+                let mut ok = check_range(w, 4, 0, n);
+                let part = n / 8;
+                for (i, x) in w.iter().enumerate().skip(k * part).take(part) {
+                    x.store(word(10 + k as u64, i), Relaxed);
+                }
+                ok &= check_range(w, 4, 0, k * part)
+                    && check_range(w, 10 + k as u64, k * part, (k + 1) * part)
+                    && check_range(w, 4, (k + 1) * part, n);
+                ok &= p.counters().poisoned == 0;
+                drop(r);
+                drop(p);
+                // SAFETY: ends the child without running the test harness's exit.
+                unsafe { libc::_exit(i32::from(!ok)) };
+            }
+            pids.push(pid);
+        }
+        check(w, 4);
+        drop(r);
+        drop(p);
+        t.phase("parent ended");
+        let left = keys_with_ttl(&c);
+        assert!(
+            !left.is_empty(),
+            "the parent deleted values its children still read"
+        );
+        // SAFETY: closes the parent's ends: the children read EOF and go on.
+        unsafe {
+            libc::close(go[1]);
+            libc::close(go[0]);
+        }
+        for pid in pids {
+            assert!(wait_child(pid, 150), "a child's checks failed");
+        }
+        let left = keys_with_ttl(&c);
+        assert!(
+            left.is_empty(),
+            "keys left after every process ended: {left:?}"
+        );
+    });
+}
+
+/// Issue 48: processes killed with SIGKILL cannot delete their keys; each key they leave
+/// (values, and the keys that track who reads them) expires.
+#[test]
+fn keys_left_by_killed_processes_expire() {
+    with_deadline(300, |_t| {
+        let c = Cluster::start(22500);
+        let p = remote_pool(&c, TierKind::Remote);
+        let r = p.region(16 * MIB).unwrap();
+        let w = r.as_words();
+        fill(w, 5);
+        let mut ready = [0i32; 2];
+        // SAFETY: a pipe into a live array.
+        assert_eq!(unsafe { libc::pipe(ready.as_mut_ptr()) }, 0);
+        // SAFETY: fork; the child reads and writes, says so, then waits to be killed.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            common::child_deadline(120);
+            let ok = check_range(w, 5, 0, w.len());
+            fill(w, 6);
+            let b = [u8::from(ok)];
+            // SAFETY: writes one byte to the pipe, then sleeps until killed.
+            unsafe {
+                libc::write(ready[1], b.as_ptr().cast(), 1);
+                libc::pause();
+                libc::_exit(1);
+            }
+        }
+        let mut b = [0u8; 1];
+        // SAFETY: reads one byte from the pipe.
+        assert_eq!(unsafe { libc::read(ready[0], b.as_mut_ptr().cast(), 1) }, 1);
+        assert_eq!(b[0], 1, "the child read wrong bytes");
+        // the parent ends (its values held for the child stay), then the child is killed
+        drop(r);
+        drop(p);
+        // SAFETY: kills and reaps the child this test forked.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+        let left = keys_with_ttl(&c);
+        assert!(left.len() > 1, "the child's and the left keys: {left:?}");
+        for (key, ttl) in &left {
+            assert!(*ttl > 0, "{key} has no expiry ({ttl})");
+        }
+    });
+}

@@ -375,6 +375,18 @@ pub(crate) fn drain_eventfd(fd: RawFd) {
     unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
 }
 
+/// Whether nobody holds the other end of pipe `fd` any more (poll reports hang-up).
+pub(crate) fn hung_up(fd: RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: 0,
+        revents: 0,
+    };
+    // SAFETY: poll(2) on one live pollfd, without waiting.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n > 0 && p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0
+}
+
 /// Put a fresh descriptor at the number `old` (so that everything holding `old`
 /// sees the new one) and close the fresh number.
 pub(crate) fn replace_fd(fresh: RawFd, old: RawFd) {

@@ -13,9 +13,13 @@
 //! fails its read, is tried again, and is then poisoned: SIGBUS on that page only.
 //!
 //! A forked child cannot use the parent's connections (their threads do not exist
-//! there): in the child the tier refuses requests, so pages the child evicts stay in
-//! RAM (over budget, said) and pages it inherited on the remote tier raise SIGBUS
-//! when touched. Said on stderr in the child, and in docs/design.md.
+//! there). It connects a store of its own from what the parent took just before the
+//! fork (`uswap_remote::Inheritance`): its evictions go under its own prefix, and it
+//! reads the pages it inherited from the keys of the process that wrote them. The
+//! parent keeps those values for as long as the child may read them (the references
+//! `fork.rs` holds for the child), and at its close leaves the groups a live child
+//! holds to the children (`uswap_remote`'s lineage: the last reader deletes them, and
+//! keys of killed processes expire).
 
 use crate::error::{Error, Result};
 use crate::slots::Slot;
@@ -26,14 +30,23 @@ use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Mutex;
-use uswap_remote::{Completion, DirectReads, RemoteClient, RemoteConfig, RemoteStore};
+use uswap_remote::{
+    ChildHold, Completion, DirectReads, Inheritance, RemoteClient, RemoteConfig, RemoteStore,
+};
 
 /// The pool's connection to the cluster.
 pub(crate) struct Remote {
     store: Mutex<Option<RemoteStore>>,
-    /// Requests fail at once (a forked child's copy of the tier).
+    /// Requests fail at once (in a forked child until its store connects, or for good
+    /// when it cannot).
     dead: AtomicBool,
     units: Mutex<Units>,
+    /// What the child being forked needs (from the prepare hook to the parent's or the
+    /// child's).
+    forking: Mutex<Option<Inheritance>>,
+    /// Forked children by token: their stores' prefixes (what they did not delete
+    /// themselves goes when they and their descendants are gone).
+    children: Mutex<HashMap<u64, uswap_remote::layout::Prefix>>,
 }
 
 /// The store id of a whole-unit value (ids below are single pages' slots).
@@ -105,6 +118,8 @@ pub(crate) fn connect(nodes: &str) -> Result<Remote> {
         store: Mutex::new(Some(store)),
         dead: AtomicBool::new(false),
         units: Mutex::new(Units::default()),
+        forking: Mutex::new(None),
+        children: Mutex::new(HashMap::new()),
     })
 }
 
@@ -221,27 +236,112 @@ impl Remote {
         self.store().as_ref().map(|s| s.counters())
     }
 
-    /// In a forked child: the parent's connections are not ours. The store is
-    /// forgotten (dropping it would wait on threads that do not exist here).
-    pub(crate) fn fork_child(&self) {
+    /// The store id of slot `s`'s value: its own, or its unit's.
+    fn id_of(&self, s: Slot) -> u64 {
+        self.units().holder(s).map_or(s, |head| UNIT_ID | head)
+    }
+
+    /// Before a fork (every engine thread out of the engine): what the child will need;
+    /// returns the child's token (`None`: no store, the child's tier stays dead).
+    pub(crate) fn prepare_fork(&self) -> Option<u64> {
+        if self.dead.load(Relaxed) {
+            return None;
+        }
+        let inh = match self.store().as_ref()?.fork_inheritance() {
+            Ok(inh) => inh,
+            Err(err) => {
+                say!("uswap: fork: {err}");
+                return None;
+            }
+        };
+        let token = inh.token();
+        self.children
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(token, inh.child_prefix());
+        *self.forking.lock().unwrap_or_else(|p| p.into_inner()) = Some(inh);
+        Some(token)
+    }
+
+    /// Child `token` and its descendants are gone: what its store left goes.
+    pub(crate) fn child_gone(&self, token: u64) {
+        let prefix = self
+            .children
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&token);
+        if let (Some(prefix), Some(store)) = (prefix, self.store().as_ref()) {
+            store.reap_child(&prefix);
+        }
+    }
+
+    /// In the parent after a fork.
+    pub(crate) fn after_fork_parent(&self) {
+        self.forking
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+    }
+
+    /// In a forked child, first: the parent's connections are not ours. The store is
+    /// forgotten (dropping it would wait on threads that do not exist here), and requests
+    /// fail until [`Remote::fork_child_connect`] (slots released meanwhile are the
+    /// parent's: nothing of theirs is deleted).
+    pub(crate) fn fork_child_begin(&self) {
         self.dead.store(true, Relaxed);
+        self.children
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
         if let Some(s) = self.store().take() {
             std::mem::forget(s);
         }
-        say!(
-            "uswap: after fork: the remote tier is not shared with a child: pages the child \
-             evicts stay in RAM, and pages it inherited on the remote tier raise SIGBUS when \
-             touched"
-        );
+    }
+
+    /// In a forked child, before its engine threads start: a store of its own, which
+    /// also reads what the child inherited.
+    pub(crate) fn fork_child_connect(&self) {
+        let Some(inh) = self
+            .forking
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        else {
+            return;
+        };
+        match RemoteStore::connect_child(inh) {
+            Ok(store) => {
+                *self.store() = Some(store);
+                self.dead.store(false, Relaxed);
+            }
+            Err(err) => say!(
+                "uswap: after fork: the child cannot connect to the remote tier ({err}): pages \
+                 it evicts stay in RAM, and pages it inherited there raise SIGBUS when touched"
+            ),
+        }
+    }
+
+    /// The pool ends: its values go, except those of `children` (token, slots) that are
+    /// still alive, which are left to them.
+    pub(crate) fn close(&self, children: Vec<(u64, Vec<Slot>)>) {
+        let holds: Vec<ChildHold> = children
+            .into_iter()
+            .map(|(token, slots)| ChildHold {
+                token,
+                ids: slots.into_iter().map(|s| self.id_of(s)).collect(),
+            })
+            .collect();
+        if let Some(s) = self.store().take() {
+            if let Err(err) = s.close_with(&holds) {
+                say!("uswap: {err}");
+            }
+        }
     }
 }
 
 impl Drop for Remote {
     fn drop(&mut self) {
-        if let Some(s) = self.store().take() {
-            // Deletes every key of the pool.
-            let _ = s.close();
-        }
+        self.close(Vec::new());
     }
 }
 
