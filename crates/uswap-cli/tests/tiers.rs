@@ -7,9 +7,9 @@
 
 mod common;
 
-use common::{cprog, preload, run_with_deadline, uswap_exe};
+use common::{cprog, preload, run_with_deadline, uswap_exe, Cluster};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 const MIB: u64 = 1 << 20;
@@ -118,64 +118,6 @@ fn bench_verifies_on_every_local_tier() {
                 "{data}: no zero page left as zeros: {v}"
             );
         }
-    }
-}
-
-/// A running cluster, stopped on drop.
-struct Cluster {
-    dir: PathBuf,
-    ports: Vec<u16>,
-}
-
-fn cluster_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/redis-cluster.sh")
-}
-
-impl Cluster {
-    fn start(base_port: u16) -> Cluster {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-            "uswap-cli-tiers-{}-{base_port}",
-            std::process::id()
-        ));
-        let mut cmd = Command::new(cluster_script());
-        cmd.args(["start", "--dir"])
-            .arg(&dir)
-            .args(["--base-port", &base_port.to_string()]);
-        // Stopped by the guard even if the start fails half-way.
-        let mut c = Cluster {
-            dir,
-            ports: Vec::new(),
-        };
-        let out = run_with_deadline(cmd, 120);
-        assert!(
-            out.status.success(),
-            "cannot start a local Redis Cluster (the remote tiers' tests need one: \
-             scripts/test.sh installs redis-server): {}",
-            text(&out.stderr)
-        );
-        c.ports = std::fs::read_to_string(c.dir.join("ports"))
-            .expect("the script's port list")
-            .lines()
-            .map(|l| l.trim().parse().expect("a port"))
-            .collect();
-        c
-    }
-
-    fn nodes(&self) -> String {
-        self.ports
-            .iter()
-            .map(|p| format!("redis://127.0.0.1:{p}"))
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = Command::new(cluster_script())
-            .args(["stop", "--dir"])
-            .arg(&self.dir)
-            .status();
     }
 }
 
@@ -397,26 +339,6 @@ fn compressed_only_over_its_share_goes_over_budget_and_finishes() {
     }
 }
 
-/// Keys in the cluster now (primaries only).
-fn cluster_keys(cluster: &Cluster) -> Vec<String> {
-    let cli = |port: u16, args: &[&str]| {
-        let out = Command::new("redis-cli")
-            .args(["-p", &port.to_string()])
-            .args(args)
-            .output()
-            .expect("redis-cli");
-        text(&out.stdout)
-    };
-    let mut keys = Vec::new();
-    for &port in &cluster.ports {
-        if cli(port, &["role"]).starts_with("master") {
-            keys.extend(cli(port, &["--scan"]).lines().map(str::to_string));
-        }
-    }
-    keys.retain(|k| !k.is_empty());
-    keys
-}
-
 /// Issue 48: programs that fork under `uswap run` on the remote tiers: a child reads
 /// the pages it inherited from its parent's keys and evicts its own to keys of its own;
 /// one child, then eight at once (each ends by `_exit`, as Redis' BGSAVE child does).
@@ -450,7 +372,7 @@ fn forked_programs_run_on_the_remote_tiers() {
                 !e.contains("SIGBUS") && !e.contains("failed"),
                 "{tier}: {e}"
             );
-            let left = cluster_keys(&cluster);
+            let left = cluster.keys();
             assert!(
                 left.is_empty(),
                 "{tier} {}: keys left: {left:?}",

@@ -327,6 +327,7 @@ extern "C" fn init() {
     // SAFETY: registers plain extern "C" handlers that live as long as the process.
     unsafe {
         libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
+        libc::atexit(close_remote);
         if stats {
             libc::atexit(print_stats);
         }
@@ -338,28 +339,17 @@ extern "C" fn init() {
 #[link_section = ".init_array"]
 static INIT: extern "C" fn() = init;
 
-/// At exit (after the program's own exit handlers: the dynamic linker runs this late):
-/// the remote tier's values go, as a dropped pool's would. A process that ends without
-/// exit handlers (`_exit`, exec, a kill) leaves them to its parent's pool, which deletes
-/// them once it and its descendants are gone, or to their expiry.
-extern "C" fn fini() {
+/// At exit, after the stats (exit handlers run last-registered first, and this one is
+/// registered before `print_stats`): the remote tier's values go, as a dropped pool's
+/// would. A process that ends without exit handlers (`_exit`, exec, a kill) leaves them
+/// to its parent's pool, which deletes them once it and its descendants are gone, or to
+/// their expiry.
+extern "C" fn close_remote() {
     let _g = enter();
     if let Some(p) = POOL.get().and_then(|p| p.as_ref()) {
-        // On a thread of its own: this thread's thread-locals (the remote tier's runtime
-        // context among them) were destroyed when exit began.
-        let done = std::thread::Builder::new()
-            .name("uswap-exit".into())
-            .spawn(|| p.close_remote_at_exit())
-            .map(|t| t.join());
-        if done.is_err() {
-            eprint_line("at exit: no thread to delete the remote tier's values (they expire)");
-        }
+        p.close_remote_at_exit();
     }
 }
-
-#[used]
-#[link_section = ".fini_array"]
-static FINI: extern "C" fn() = fini;
 
 /// The pool, started at the first allocation that needs it. Call with the guard set.
 fn pool() -> Option<&'static Pool> {

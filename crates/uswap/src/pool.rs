@@ -616,7 +616,19 @@ impl Pool {
     /// still on the remote tier cannot be read after it (SIGBUS). Nothing to do without a
     /// remote tier.
     pub fn close_remote_at_exit(&self) {
-        self.engine.close_remote();
+        if self.engine.tiers.remote.is_none() {
+            return;
+        }
+        // On a thread of its own: at exit the calling thread's thread-locals (the remote
+        // tier's runtime context among them) may be gone already.
+        let engine = self.engine.clone();
+        let done = std::thread::Builder::new()
+            .name("uswap-exit".into())
+            .spawn(move || engine.close_remote())
+            .map(|t| t.join());
+        if done.is_err() {
+            say!("uswap: at exit: no thread to delete the remote tier's values (they expire)");
+        }
     }
 }
 
