@@ -15,15 +15,21 @@
 //! keep every object within one size-class range.
 
 use crate::error::{Error, Reject};
-use crate::handle::Handle;
+use crate::handle::{Entry, Handle};
 use crate::pool::{Zpool, STORE_HEADER};
 use crate::records::{Chunk, Record};
 use crate::same_filled::{fill, same_filled};
+use crate::stats::Counters;
 #[cfg(test)]
 use crate::zsmalloc::ObjRef;
 use crate::zsmalloc::MAX_PAYLOAD;
 use crate::UNIT_SIZE;
 use std::sync::Arc;
+
+thread_local! {
+    /// One decoded chunk (`Zpool::load_part`).
+    static CHUNK_SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
 /// Bytes of each chunk of a unit (the last one is shorter).
 pub const UNIT_CHUNK: usize = 16 * 1024 - 16;
@@ -264,6 +270,62 @@ impl Zpool {
                 Chunk::Object(obj) => self.load_object(handle, obj, dst)?,
             }
         }
+        Ok(())
+    }
+
+    /// Bytes `offset..offset + out.len()` of a unit's entry, decoding only the chunks
+    /// they lie in (a page takes one or two of the 129): what a caller short of room
+    /// for a whole 2 MiB decode needs (the engine's fault on one page of a unit stored
+    /// whole, with room for that page only). The entry stays stored. A chunk decodes
+    /// into a buffer of the calling thread's (16 KiB, made on its first use and kept,
+    /// as the compressors keep their state), then its part is copied out.
+    pub fn load_part(&self, handle: Handle, offset: usize, out: &mut [u8]) -> Result<(), Error> {
+        let end = offset.checked_add(out.len());
+        if !handle.is_unit() || end.is_none_or(|e| e > UNIT_SIZE) || !offset.is_multiple_of(8) {
+            return Err(Error::WrongLength {
+                handle,
+                expected: handle.data_len(),
+                got: end.unwrap_or(usize::MAX),
+            });
+        }
+        let end = end.expect("checked");
+        let chunks = match handle.entry() {
+            Entry::SameFilled { pattern, .. } => {
+                fill(out, pattern);
+                Counters::add(&self.counters.loads, 1);
+                return Ok(());
+            }
+            Entry::Record {
+                unit: true,
+                shard,
+                idx,
+                gen,
+            } => match self.records.get(shard, idx, gen) {
+                Some(Record::SameFilled(pattern)) => {
+                    fill(out, pattern);
+                    Counters::add(&self.counters.loads, 1);
+                    return Ok(());
+                }
+                Some(Record::Unit(chunks)) if chunks.len() == UNIT_CHUNKS => chunks,
+                _ => return Err(Error::InvalidHandle(handle)),
+            },
+            _ => return Err(Error::InvalidHandle(handle)),
+        };
+        for i in offset / UNIT_CHUNK..end.div_ceil(UNIT_CHUNK) {
+            let range = chunk_range(i);
+            let (from, to) = (range.start.max(offset), range.end.min(end));
+            let dst = &mut out[from - offset..to - offset];
+            match chunks[i] {
+                Chunk::SameFilled(pattern) => fill(dst, pattern),
+                Chunk::Object(obj) => CHUNK_SCRATCH.with_borrow_mut(|buf| {
+                    buf.resize(range.len(), 0);
+                    self.load_object(handle, obj, buf)?;
+                    dst.copy_from_slice(&buf[from - range.start..to - range.start]);
+                    Ok::<(), Error>(())
+                })?,
+            }
+        }
+        Counters::add(&self.counters.loads, 1);
         Ok(())
     }
 

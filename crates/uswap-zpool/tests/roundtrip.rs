@@ -194,6 +194,65 @@ fn units_round_trip_with_every_compressor() {
     }
 }
 
+/// Every page of a unit, and ranges across chunk edges, read alone with `load_part`:
+/// the unit's bytes at that place, for every kind of chunk (same-filled in the handle,
+/// in a record, compressed, raw); a page handle or a range past the unit is refused.
+#[test]
+fn parts_of_a_unit_load_alone_with_every_compressor() {
+    let mut odd = zero_unit();
+    for w in odd.chunks_exact_mut(8) {
+        w.copy_from_slice(&0x1234_5678_0000_0001u64.to_ne_bytes());
+    }
+    for c in COMPRESSORS {
+        let pool = pool_with(c);
+        for (name, data) in [
+            ("motley", motley_unit()),
+            ("mixed", unit(DataKind::Mixed, 3, 2)),
+            ("zeros", zero_unit()),
+            ("odd word", odd.clone()),
+        ] {
+            let h = pool.store_unit(&data).unwrap();
+            let mut page = [0x5au8; PAGE_SIZE];
+            for p in 0..UNIT_SIZE / PAGE_SIZE {
+                page.fill(0x5a);
+                pool.load_part(h, p * PAGE_SIZE, &mut page).unwrap();
+                let want = &data[p * PAGE_SIZE..(p + 1) * PAGE_SIZE];
+                assert!(
+                    page[..] == want[..],
+                    "{c}: {name}: page {p} came back different"
+                );
+            }
+            // Ranges that start and end inside chunks, spanning up to three.
+            for (off, len) in [
+                (UNIT_CHUNK - 8, 16),
+                (3 * UNIT_CHUNK - 64, UNIT_CHUNK + 128),
+            ] {
+                let mut out = vec![0x5au8; len];
+                pool.load_part(h, off, &mut out).unwrap();
+                assert!(out[..] == data[off..off + len], "{c}: {name}: {off}+{len}");
+            }
+            let tail = UNIT_SIZE - PAGE_SIZE;
+            assert!(
+                pool.load_part(h, tail + 8, &mut page).is_err(),
+                "past the unit"
+            );
+            pool.free(h).unwrap();
+            // (Zeros are in the handle itself: nothing to free, nothing to refuse.)
+            if name != "zeros" {
+                assert!(
+                    pool.load_part(h, 0, &mut page).is_err(),
+                    "{c}: {name}: freed"
+                );
+            }
+        }
+        let p = pool.store_page(&page(DataKind::Text, 1, 0)).unwrap();
+        assert!(
+            pool.load_part(p, 0, &mut [0u8; PAGE_SIZE]).is_err(),
+            "a page's handle"
+        );
+    }
+}
+
 #[test]
 fn incompressible_units_are_refused_whole_or_kept_raw_at_100_percent() {
     let data = unit(DataKind::Random, 9, 0);
