@@ -332,6 +332,30 @@ impl Budget {
         left + extra - back
     }
 
+    /// Room for `n` more pages in this thread's fault, all of them or none: what is
+    /// left of its reservation, grown into room nobody holds, as `take_room` does. For
+    /// work that cannot be done in part (a unit decoded whole). False, nothing taken:
+    /// outside a fault, or the room is not free.
+    pub(crate) fn take_room_all(&self, n: i64) -> bool {
+        let (reserved, charged) = OWN.with(|c| c.get());
+        if reserved == 0 {
+            return n <= 0;
+        }
+        // Charges past the reservation are in `promised` already: the new room starts
+        // where the charges are.
+        let base = reserved.max(charged);
+        let extra = n - (base - charged);
+        if extra <= 0 {
+            return true;
+        }
+        if self.promised.fetch_add(extra, SeqCst) + extra > self.fault_limit_pages() {
+            self.promised.fetch_sub(extra, SeqCst);
+            return false;
+        }
+        OWN.with(|c| c.set((base + extra, charged)));
+        true
+    }
+
     /// Whether a new region's page map waits for room that faults have promised.
     pub(crate) fn metadata_waits(&self) -> bool {
         self.metadata_reserved.load(SeqCst) > 0 && self.promised_pages() > self.limit_pages()

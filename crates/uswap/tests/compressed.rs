@@ -381,3 +381,87 @@ fn failed_mappings_lose_no_page() {
         }
     }
 }
+
+/// A fault on a unit stored whole in the pool decodes all of it: that takes a unit's
+/// room through the budget, and the decoded unit stays charged until its pages are
+/// mapped. Two fault threads, four program threads each discarding a page of a unit
+/// stored whole and then reading another page of it (the unit comes back page by
+/// page, around the hole), rewriting the hole, with usage at the limit: the budget
+/// holds. Uncharged between the decode and the mapping, the unit's room went to the
+/// other fault thread's reservation, and the mapping charged past it.
+#[test]
+fn faults_on_units_stored_whole_keep_the_budget() {
+    with_deadline(120, |t| {
+        let budget = 32 * MIB;
+        let p = t.pool(
+            Pool::builder()
+                .budget(budget)
+                .tier(TierKind::Compressed)
+                .compressed_max_percent(50)
+                .fault_threads(2),
+        );
+        let regions: Vec<_> = (0..2)
+            .map(|_| p.region_with(20 * MIB, opts(UnitPolicy::Huge)).unwrap())
+            .collect();
+        // Compressible throughout (a unit of pages that compress poorly is stored by
+        // page, not whole), and each page its own.
+        let word = |k: usize, i: usize| ((k * 8192 + i / 512) as u64) << 32 | (i % 97) as u64;
+        for (k, r) in regions.iter().enumerate() {
+            for (i, w) in r.as_words().iter().enumerate() {
+                w.store(word(k, i), Relaxed);
+            }
+        }
+        let wpp = 4096 / 8;
+        let units = regions[0].len() >> 21;
+        std::thread::scope(|s| {
+            let nth = 4;
+            for th in 0..nth {
+                let regions = &regions;
+                s.spawn(move || {
+                    let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ th as u64;
+                    let mut next = || {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        x as usize
+                    };
+                    let end = std::time::Instant::now() + std::time::Duration::from_secs(8);
+                    while std::time::Instant::now() < end {
+                        // Each thread its own units: region k, unit (n*4 + th).
+                        let k = next() % 2;
+                        let unit = (next() % (units / nth)) * nth + th;
+                        let (hole, other) = (next() % 512, next() % 512);
+                        let words = regions[k].as_words();
+                        let page = unit * 512 + hole;
+                        regions[k].discard(page * 4096, 4096).unwrap();
+                        if other != hole {
+                            let i = (unit * 512 + other) * wpp + next() % wpp;
+                            assert_eq!(words[i].load(Relaxed), word(k, i), "word {i}");
+                        }
+                        let i = page * wpp;
+                        assert_eq!(words[i].load(Relaxed), 0, "discarded page {page}");
+                        for (j, w) in words[i..i + wpp].iter().enumerate() {
+                            w.store(word(k, i + j), Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        for (k, r) in regions.iter().enumerate() {
+            for (i, w) in r.as_words().iter().enumerate() {
+                assert_eq!(w.load(Relaxed), word(k, i), "region {k} word {i}");
+            }
+        }
+        let c = p.counters();
+        assert!(
+            c.zswpout > 0 && c.zswpin > 0,
+            "units went to the pool and came back: {c:?}"
+        );
+        assert!(
+            c.peak_used_bytes <= budget,
+            "peak {} KiB over the budget of {} KiB: {c:?}",
+            c.peak_used_bytes >> 10,
+            budget >> 10
+        );
+    });
+}

@@ -717,8 +717,10 @@ pub(crate) fn fault(
                 let _ = r.uffd.wake(r.page_addr(page), PAGE_SIZE);
                 return;
             };
+            e.budget.charge(Gauge::Cached, 1);
             if c.pool.load(h, e.frames.page_mut(frame)).is_err() {
                 e.frames.free(&e.zapper, &[frame]);
+                e.budget.uncharge(Gauge::Cached, 1);
                 r.counters.swap_csum_fail.fetch_add(1, Relaxed);
                 e.diag.say_compressed_corrupt(slot);
                 crate::fault::poison_page(e, r, u, page, slot);
@@ -778,9 +780,11 @@ pub(crate) fn load_run(
         let Some(f) = e.frames.alloc_to_fill(crate::frames::Site::Compressed) else {
             break;
         };
+        e.budget.charge(Gauge::Cached, 1);
         if c.pool.load(h, e.frames.page_mut(f)).is_err() {
             // Its own fault finds it damaged and says so.
             e.frames.free(&e.zapper, &[f]);
+            e.budget.uncharge(Gauge::Cached, 1);
             break;
         }
         loaded.push((q, s, f));
@@ -794,9 +798,9 @@ pub(crate) fn load_run(
     (loaded.len() as u64, mapped)
 }
 
-/// Map pages just decompressed into their frames, dirty, as copies from the cache
-/// (the mapping drops each slot's cache reference and applies the stale-slot policy
-/// to it); then `drop_mapped`. Returns how many were mapped: a page whose copy failed
+/// Map pages just decompressed into their frames (charged), dirty, as copies from the
+/// cache (the mapping drops each slot's cache reference and applies the stale-slot
+/// policy to it); then `drop_mapped`. Returns how many were mapped: a page whose copy failed
 /// to map stays swapped, and is loaded (and counted) again by its retrying fault.
 fn map_loaded(
     e: &Engine,
@@ -834,9 +838,16 @@ fn drop_mapped(
     }
 }
 
-/// A unit stored whole: decompress it and map every page still swapped to it.
+/// A unit stored whole: decompress it and map every page still swapped to it. The
+/// decode takes a unit's room through the budget whatever the fault reserved (a fault
+/// sizes its room from a hint taken before it holds the unit's lock); where the room
+/// is not free, only the faulting page is decoded and mapped, the rest staying in the
+/// entry for their own faults.
 fn load_unit(e: &Engine, c: &Compressed, r: &RegionInner, u: &mut UnitPages, page: u64, h: Handle) {
     let first = page - page % UNIT_PAGES as u64;
+    if !e.budget.take_room_all(UNIT_PAGES as i64) {
+        return load_page_of_unit(e, c, r, u, page, h);
+    }
     let Some(huge) = e.frames.alloc_huge_to_fill(crate::frames::Site::Compressed) else {
         e.threads.wake_kswapd();
         let _ = r.uffd.wake(r.page_addr(page), PAGE_SIZE);
@@ -859,7 +870,6 @@ fn load_unit(e: &Engine, c: &Compressed, r: &RegionInner, u: &mut UnitPages, pag
         }
         return;
     }
-    e.budget.uncharge(Gauge::Cached, UNIT_PAGES as i64);
     r.counters.minflt.fetch_add(1, Relaxed);
     let mapped = map_decoded_unit(e, r, u, first, huge, true, |_, s| {
         c.handle_of(s) == Some((h, true))
@@ -869,7 +879,47 @@ fn load_unit(e: &Engine, c: &Compressed, r: &RegionInner, u: &mut UnitPages, pag
     charge_pool(e, c);
 }
 
-/// A unit just decoded into the 2 MiB frame `huge` (owned, not charged): map every
+/// Page `page` of a unit stored whole (entry `h`), decoded alone (the chunks it lies
+/// in) and mapped dirty; its share of the entry goes, the other pages stay in it.
+fn load_page_of_unit(
+    e: &Engine,
+    c: &Compressed,
+    r: &RegionInner,
+    u: &mut UnitPages,
+    page: u64,
+    h: Handle,
+) {
+    let i = page as usize % UNIT_PAGES;
+    let PageState::Swapped(slot) = u.get(i) else {
+        return;
+    };
+    let Some(frame) = e.frames.alloc_to_fill(crate::frames::Site::Compressed) else {
+        e.threads.wake_kswapd();
+        let _ = r.uffd.wake(r.page_addr(page), PAGE_SIZE);
+        return;
+    };
+    e.budget.charge(Gauge::Cached, 1);
+    if c.pool
+        .load_part(h, i * PAGE_SIZE, e.frames.page_mut(frame))
+        .is_err()
+    {
+        e.frames.free(&e.zapper, &[frame]);
+        e.budget.uncharge(Gauge::Cached, 1);
+        r.counters.swap_csum_fail.fetch_add(1, Relaxed);
+        e.diag.say_compressed_corrupt(slot);
+        crate::fault::poison_page(e, r, u, page, slot);
+        return;
+    }
+    r.counters.minflt.fetch_add(1, Relaxed);
+    r.counters.thp_swpin_fallback.fetch_add(1, Relaxed);
+    let mapped = map_loaded(e, c, r, u, &[(page, slot, frame)]);
+    r.counters.zswpin.fetch_add(mapped, Relaxed);
+    charge_pool(e, c);
+}
+
+/// A unit just decoded into the 2 MiB frame `huge` (owned, charged as a unit's pages
+/// to `Cached`, so that its room is never let go between the decode and the
+/// mapping): map every
 /// page still swapped to what was decoded (`of_it(i, slot)`) as copies from the cache
 /// (the mapping drops each slot's cache reference and, dirty, applies the stale-slot
 /// policy to it); the rest of the frame goes back. Whole where every page is (one move
@@ -899,7 +949,6 @@ pub(crate) fn map_decoded_unit(
         for &s in &slots {
             e.slots.set_cache(s);
         }
-        e.budget.charge(Gauge::Cached, UNIT_PAGES as i64);
         let copies: Vec<(Slot, usize)> =
             slots.iter().copied().zip(frames.iter().copied()).collect();
         let drop = crate::fault::IfUnmapped::Drop;
@@ -917,15 +966,16 @@ pub(crate) fn map_decoded_unit(
         }
     }
     e.frames.free(&e.zapper, &unused);
+    e.budget.uncharge(Gauge::Cached, unused.len() as i64);
     map_copies_dirty(e, r, u, &loaded);
     loaded.into_iter().map(|(p, s, _)| (p, s)).collect()
 }
 
-/// Map pages just decoded into their own frames, dirty, as copies from the cache.
+/// Map pages just decoded into their own frames (charged), dirty, as copies from the
+/// cache.
 fn map_copies_dirty(e: &Engine, r: &RegionInner, u: &mut UnitPages, loaded: &[(u64, Slot, usize)]) {
     for &(p, s, f) in loaded {
         e.slots.set_cache(s);
-        e.budget.charge(Gauge::Cached, 1);
         let drop = crate::fault::IfUnmapped::Drop;
         crate::fault::map_copies(e, r, u, p, &[(s, f)], true, drop);
     }

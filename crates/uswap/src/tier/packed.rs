@@ -491,6 +491,12 @@ pub(crate) fn fault(
         // Being written (or kept in RAM): decode from its frames, which stay while
         // this fault holds the unit's lock.
         Some(m) => {
+            // Its room, like the decode of a unit stored whole in the pool: all of
+            // it, or the fault comes again.
+            if !e.budget.take_room_all(UNIT_PAGES as i64) {
+                e.frames.free(&e.zapper, &unit_frames);
+                return retry();
+            }
             e.budget.charge(Gauge::Cached, UNIT_PAGES as i64);
             let ok = c
                 .pool()
@@ -499,9 +505,10 @@ pub(crate) fn fault(
                     e.frames.span_mut(huge, UNIT_SIZE),
                 )
                 .is_ok();
-            e.budget.uncharge(Gauge::Cached, UNIT_PAGES as i64);
             if ok {
                 r.counters.minflt.fetch_add(1, Relaxed);
+            } else {
+                e.budget.uncharge(Gauge::Cached, UNIT_PAGES as i64);
             }
             ok
         }
@@ -527,7 +534,7 @@ pub(crate) fn fault(
             // The decoded unit and the buffer, inside the fault's room (`read_room`
             // reserved it; a unit packed since then takes free room or comes again).
             let charged = (UNIT_PAGES + buf.len()) as i64;
-            if e.budget.take_room(charged) < charged {
+            if !e.budget.take_room_all(charged) {
                 e.frames.free(&e.zapper, &buf);
                 e.frames.free(&e.zapper, &unit_frames);
                 return retry();
@@ -554,7 +561,9 @@ pub(crate) fn fault(
                     )
                     .is_ok();
             e.frames.free(&e.zapper, &buf);
-            e.budget.uncharge(Gauge::Cached, charged);
+            // The decoded unit stays charged into its mapping (`map_decoded_unit`).
+            let kept = if ok { UNIT_PAGES as i64 } else { 0 };
+            e.budget.uncharge(Gauge::Cached, charged - kept);
             if ok {
                 r.counters.majflt.fetch_add(1, Relaxed);
                 r.counters.pswpin.fetch_add(blocks as u64, Relaxed);
