@@ -1440,18 +1440,9 @@ fn round(t: &Test, k: u64, cfg: &Config, seed: u64, secs: u64, threads: usize, i
             cfg.name
         );
     }
-    // The budget holds in every round. Known defect, bounded here until it is fixed (the
-    // 30-minute run of 2026-11-28, compressed-only, 1 MiB over): a fault whose room was
-    // reserved for pages (an in-thread fault; a region not in whole units at that moment)
-    // that finds its unit stored whole in the pool decodes all of it (`load_unit`
-    // charges the unit unconditionally), up to one unit past the budget. More fails.
-    let slack = if cfg.tier.is_compressed() {
-        (UNIT_PAGES * PAGE_SIZE) as u64
-    } else {
-        0
-    };
+    // The budget holds in every round, to the byte.
     assert!(
-        c.peak_used_bytes <= cfg.budget_mib * MIB + slack,
+        c.peak_used_bytes <= cfg.budget_mib * MIB,
         "round {k} ({}): peak {} KiB over the budget of {} MiB: {c:?}",
         cfg.name,
         c.peak_used_bytes >> 10,
