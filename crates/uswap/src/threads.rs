@@ -41,13 +41,37 @@ pub(crate) struct ThreadCtx {
     pub(crate) failed: Vec<(crate::tier::Op, i32)>,
 }
 
+/// A thread's io_uring: 512 entries, or 64 where the locked-memory limit has no room
+/// for 512 (a low RLIMIT_MEMLOCK, 64 KiB in many containers and systemd units: the
+/// kernel charges the rings to it); an error that says which limit to raise.
+fn new_ring() -> Result<Ring> {
+    match Ring::new(512) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOMEM) => {
+            Ring::new(64).map_err(|source| match source.raw_os_error() {
+                Some(libc::ENOMEM) => Error::Sys {
+                    op: "io_uring_setup (out of locked memory: raise RLIMIT_MEMLOCK, e.g. \
+                         `ulimit -l 1024`, `prlimit --memlock=1048576`, LimitMEMLOCK=1M in a \
+                         systemd unit or `--ulimit memlock=1048576` for docker; uswap needs \
+                         about 64 KiB per engine thread)",
+                    source,
+                },
+                _ => Error::Sys {
+                    op: "io_uring_setup",
+                    source,
+                },
+            })
+        }
+        r => r.map_err(|source| Error::Sys {
+            op: "io_uring_setup",
+            source,
+        }),
+    }
+}
+
 impl ThreadCtx {
     pub(crate) fn new(e: &Engine, event_fd: RawFd) -> Result<ThreadCtx> {
         Ok(ThreadCtx {
-            ring: Ring::new(512).map_err(|source| Error::Sys {
-                op: "io_uring_setup",
-                source,
-            })?,
+            ring: new_ring()?,
             cursor: e.slots.cursor(),
             msgs: vec![[0u8; MSG_SIZE]; 64],
             uffd_armed: false,
