@@ -97,7 +97,8 @@ pub fn errno_of(e: &Error) -> c_int {
         | Error::InvalidSize { .. }
         | Error::InvalidRegionSize { .. }
         | Error::SwapInRam { .. }
-        | Error::SwapSizeTooSmall { .. } => libc::EINVAL,
+        | Error::SwapSizeTooSmall { .. }
+        | Error::InvalidSetting { .. } => libc::EINVAL,
         Error::NoSwapPlace { .. } => libc::ENOENT,
         Error::Remote { .. } => libc::EHOSTUNREACH,
         Error::Sys { source, .. } => os(source),

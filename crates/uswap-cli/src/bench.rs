@@ -368,9 +368,15 @@ pub struct BenchArgs {
     #[arg(long, value_name = "PATH")]
     pub swap_file: Option<PathBuf>,
 
-    /// Swap capacity [default: grows to back every region].
-    #[arg(long, value_name = "SIZE", value_parser = parse_size_arg)]
+    /// Fixed swap capacity, preallocated [default: none: the file grows as pages are
+    /// evicted, up to --max-swap].
+    #[arg(long, value_name = "SIZE", value_parser = parse_size_arg, conflicts_with = "max_swap")]
     pub swap_size: Option<u64>,
+
+    /// Most the swap file may grow to: SIZE, or N% of its filesystem's free space at
+    /// start [default: 50%]. Past it, pages stay in RAM over the budget, said on stderr.
+    #[arg(long, value_name = "SIZE|N%")]
+    pub max_swap: Option<uswap::MaxSwap>,
 
     /// Encrypt what goes to the swap file (AES-256-GCM under a key made at start and
     /// never written anywhere; the tag checks every page read back).
@@ -562,6 +568,9 @@ impl BenchArgs {
         if let Some(s) = self.swap_size {
             push("--swap-size", s.to_string());
         }
+        if let Some(m) = self.max_swap {
+            push("--max-swap", m.to_string());
+        }
         push("--unit", self.unit.name().to_string());
         push("--readahead", self.readahead.name().to_string());
         if let Some(n) = self.ra_max_pages {
@@ -669,6 +678,9 @@ impl BenchArgs {
         }
         if let Some(s) = self.swap_size {
             b = b.swap_size(s);
+        }
+        if let Some(m) = self.max_swap {
+            b = b.max_swap(m);
         }
         b = b.encrypt(self.encrypt).checksums(!self.no_checksums);
         if let Some(n) = self.inject_read_errors {

@@ -70,6 +70,13 @@ pub struct RunArgs {
     /// in $TMPDIR].
     #[arg(long, value_name = "PATH")]
     pub swap_file: Option<PathBuf>,
+    /// Most each process's swap file may grow to: SIZE, or N% of its filesystem's free
+    /// space at start [default: 50%]; a process and the ones it forks together never
+    /// take the filesystem below what the cap left free. The file grows as pages are
+    /// evicted and gives back freed space. At the cap, pages stay in RAM over the
+    /// budget: said on stderr, counted in --stats (docs/run.md).
+    #[arg(long, value_name = "SIZE|N%")]
+    pub max_swap: Option<uswap::MaxSwap>,
     /// Encrypt what goes to the swap file (AES-256-GCM under a key each process makes at
     /// start and never writes anywhere).
     #[arg(long)]

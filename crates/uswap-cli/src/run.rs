@@ -123,7 +123,7 @@ pub(crate) fn why_not_served(path: &Path) -> Option<(String, bool)> {
 
 /// Find the preload library and check the settings (a pool is started and stopped), or
 /// say why not on stderr and give the exit status.
-pub(crate) fn check(args: &RunArgs) -> Result<PathBuf, i32> {
+pub(crate) fn check(args: &RunArgs) -> Result<(PathBuf, u64), i32> {
     if let Err(e) = args.tiers.check() {
         eprintln!("uswap run: error: {e}");
         return Err(2);
@@ -160,7 +160,10 @@ pub(crate) fn check(args: &RunArgs) -> Result<PathBuf, i32> {
     if let Some(p) = &args.swap_file {
         b = b.swap_file(p);
     }
-    match b.build() {
+    if let Some(m) = args.max_swap {
+        b = b.max_swap(m);
+    }
+    let keep_free = match b.build() {
         Ok(pool) => {
             // Each process makes its own pool in the same place: say where, when asked
             // for figures on stderr (each stats line says it too), and always when it is
@@ -171,13 +174,16 @@ pub(crate) fn check(args: &RunArgs) -> Result<PathBuf, i32> {
             if let Some(z) = pool.swap_zram() {
                 eprintln!("{}", crate::memory::zram_note(&z));
             }
+            // Every process of the run keeps this much free, so that together they
+            // stay within one --max-swap (each process starts its own pool).
+            pool.swap_keep_free()
         }
         Err(e) => {
             eprintln!("uswap run: error: {e}");
             return Err(crate::bench::exit_status(&e));
         }
-    }
-    Ok(preload)
+    };
+    Ok((preload, keep_free))
 }
 
 /// `uswap run`'s arguments for the same settings and PROGRAM (the uswap side of
@@ -195,6 +201,10 @@ pub(crate) fn child_args(args: &RunArgs) -> Vec<OsString> {
     if let Some(p) = &args.swap_file {
         v.push("--swap-file".into());
         v.push(p.clone().into_os_string());
+    }
+    if let Some(m) = args.max_swap {
+        v.push("--max-swap".into());
+        v.push(m.to_string().into());
     }
     v.extend(args.tiers.to_cli_args().into_iter().map(OsString::from));
     if args.encrypt {
@@ -215,7 +225,7 @@ pub(crate) fn child_args(args: &RunArgs) -> Vec<OsString> {
 }
 
 pub fn main(args: RunArgs) -> i32 {
-    let preload = match check(&args) {
+    let (preload, keep_free) = match check(&args) {
         Ok(p) => p,
         Err(code) => return code,
     };
@@ -265,6 +275,7 @@ pub fn main(args: RunArgs) -> i32 {
         .env("USWAP_UNIT", args.unit.name())
         .env("USWAP_THRESHOLD", args.threshold.to_string())
         .env("USWAP_ENCRYPT", if args.encrypt { "on" } else { "off" })
+        .env("USWAP_KEEP_FREE", keep_free.to_string())
         .envs(args.tiers.env())
         .env("USWAP_ROOT_PID", std::process::id().to_string());
     // tcmalloc grows its heap with sbrk first, and the brk heap is no mapping the
@@ -284,6 +295,10 @@ pub fn main(args: RunArgs) -> i32 {
     match &args.swap_file {
         Some(p) => cmd.env("USWAP_SWAP_FILE", p),
         None => cmd.env_remove("USWAP_SWAP_FILE"),
+    };
+    match args.max_swap {
+        Some(m) => cmd.env("USWAP_MAX_SWAP", m.to_string()),
+        None => cmd.env_remove("USWAP_MAX_SWAP"),
     };
     match stats {
         Some(s) => cmd.env("USWAP_STATS", s),

@@ -55,6 +55,10 @@ static THREAD_ARENAS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicB
 struct Config {
     budget: u64,
     swap_file: Option<PathBuf>,
+    max_swap: uswap::MaxSwap,
+    /// Free space to leave on the swap filesystem, the same for every process of a
+    /// `uswap run` (None: what this process's `max_swap` leaves).
+    keep_free: Option<u64>,
     unit: UnitPolicy,
     threshold: usize,
     stats: Option<String>,
@@ -247,6 +251,14 @@ fn read_config() -> Result<Config, String> {
         swap_file: std::env::var_os("USWAP_SWAP_FILE")
             .filter(|s| !s.is_empty())
             .map(PathBuf::from),
+        max_swap: match std::env::var("USWAP_MAX_SWAP").as_deref() {
+            Err(_) | Ok("") => uswap::MaxSwap::DEFAULT,
+            Ok(m) => m.parse().map_err(|e| format!("USWAP_MAX_SWAP: {e}"))?,
+        },
+        keep_free: match std::env::var("USWAP_KEEP_FREE").as_deref() {
+            Err(_) | Ok("") => None,
+            Ok(k) => Some(uswap::parse_size(k).map_err(|e| format!("USWAP_KEEP_FREE: {e}"))?),
+        },
         unit,
         threshold,
         stats: std::env::var("USWAP_STATS").ok().filter(|s| !s.is_empty()),
@@ -358,6 +370,7 @@ fn pool() -> Option<&'static Pool> {
         // The preload orders the fork hooks with its own locks (`fork_prepare`).
         let mut b = Pool::builder()
             .budget(cfg.budget)
+            .max_swap(cfg.max_swap)
             .unit(cfg.unit)
             .encrypt(cfg.encrypt)
             .tier(cfg.tier)
@@ -374,6 +387,9 @@ fn pool() -> Option<&'static Pool> {
         }
         if let Some(p) = &cfg.swap_file {
             b = b.swap_file(p);
+        }
+        if let Some(k) = cfg.keep_free {
+            b = b.keep_free(k);
         }
         match std::panic::catch_unwind(move || b.build()) {
             Ok(Ok(p)) => {

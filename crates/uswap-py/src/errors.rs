@@ -84,7 +84,7 @@ fn kind_of(e: &uswap::Error) -> usize {
         SwapFull { .. } => 3,
         BudgetTooSmall { .. } => 4,
         BudgetExceedsRam { .. } => 5,
-        InvalidSize { .. } | SwapSizeTooSmall { .. } => 6,
+        InvalidSize { .. } | SwapSizeTooSmall { .. } | InvalidSetting { .. } => 6,
         InvalidRegionSize { .. } => 7,
         Sys { .. } => 8,
         Remote { .. } => 9,

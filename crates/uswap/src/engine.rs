@@ -118,8 +118,17 @@ impl Engine {
                 });
             }
         }
+        let max_swap = cfg
+            .max_swap
+            .check()
+            .map_err(|what| Error::InvalidSetting { what })?;
         let uffd = Uffd::open()?;
-        let swap = SwapFile::open(cfg.swap_file.as_deref(), cfg.swap_size)?;
+        let swap = SwapFile::open_capped(
+            cfg.swap_file.as_deref(),
+            cfg.swap_size,
+            max_swap,
+            cfg.keep_free,
+        )?;
         let rotational = match cfg.device_kind {
             DeviceKind::Ssd => false,
             DeviceKind::Rotational => true,
@@ -228,9 +237,13 @@ impl Engine {
     /// would hold back).
     pub(crate) fn commit_metadata(&self, r: &RegionInner) {
         let t = std::time::Instant::now();
-        // Faults in progress reserved their room under the old limit: wait for them too.
+        // Faults in progress reserved their room under the old limit: wait for them too
+        // (not while writes pause and reclaim found nothing: swap full, the page map
+        // goes over budget with the pages; waiting 10 s for each new region made a
+        // program of four 256 MiB blocks take 32.7 s instead of 1.6 s).
         while self.budget.promised_pages() > self.budget.limit_pages()
             && t.elapsed() < std::time::Duration::from_secs(10)
+            && !self.writeback.reclaim_futile()
         {
             self.threads.wake_kswapd();
             std::thread::sleep(std::time::Duration::from_micros(100));
@@ -258,6 +271,10 @@ impl Engine {
         c.thp_swpin_recycled = self.frames.huge_recycled();
         c.budget_limit_bytes = self.budget.effective_bytes();
         c.swap_files_open = self.tiers.file().open_files() as u64;
+        c.swap_disk_bytes = self.tiers.file().disk_bytes();
+        c.peak_swap_disk_bytes = self.tiers.file().peak_disk_bytes().max(c.swap_disk_bytes);
+        c.swap_max_bytes = self.tiers.file().max_bytes();
+        c.swap_full_events = self.writeback.full_events();
         if let Some(rc) = self.tiers.remote.as_ref().and_then(|r| r.counters()) {
             c.remote_reads = rc.reads;
             c.remote_writes = rc.writes;

@@ -104,6 +104,12 @@ pub enum Error {
         /// MemTotal.
         ram: u64,
     },
+    /// A setting that cannot be used (`what` says which and why).
+    #[error("{what}")]
+    InvalidSetting {
+        /// The setting, its value and why it was refused.
+        what: String,
+    },
     /// A size string did not parse.
     #[error("invalid size {input:?}: {reason} (examples: 4k, 256M, 2G)")]
     InvalidSize {

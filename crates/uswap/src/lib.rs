@@ -56,7 +56,7 @@ mod writeback;
 pub use error::{Error, Result};
 pub use fork::{after_fork_child, after_fork_parent, prepare_fork};
 pub use pool::{
-    Compressor, DeviceKind, FaultInjection, FaultMode, Pool, PoolBuilder, ReadaheadPolicy,
+    Compressor, DeviceKind, FaultInjection, FaultMode, MaxSwap, Pool, PoolBuilder, ReadaheadPolicy,
     StaleSlotPolicy, TierKind, UnitPolicy, OWN_READ_POLL_US,
 };
 pub use region::{Region, RegionOptions};

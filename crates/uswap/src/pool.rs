@@ -131,6 +131,83 @@ impl std::str::FromStr for TierKind {
 /// The compressor of the compressed tier.
 pub use crate::tier::compressed::Compressor;
 
+/// How large a growable swap file may get (`--max-swap`, `USWAP_MAX_SWAP`): the file
+/// grows as pages are evicted, never past this, and never so far that its filesystem
+/// keeps less free space than the cap left it when the pool started (so a pool and the
+/// processes it forks share one cap). Parsed and checked here only: the command line,
+/// the preload library's environment and the builder all go through `FromStr`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaxSwap {
+    /// At most this many bytes (at least one 2 MiB unit).
+    Bytes(u64),
+    /// At most this percentage (1-100) of the filesystem's free space when the pool
+    /// starts.
+    PercentOfFree(u32),
+}
+
+impl MaxSwap {
+    /// The default: half the free space of the swap file's filesystem. The other half
+    /// stays for everything else on the machine (a stress-ng run once grew two swap
+    /// files to 35 GiB each and filled the root filesystem).
+    pub const DEFAULT: MaxSwap = MaxSwap::PercentOfFree(50);
+
+    /// Itself if it can be used, else why not (the builder's pool checks it too).
+    pub fn check(self) -> std::result::Result<Self, String> {
+        match self {
+            MaxSwap::PercentOfFree(1..=100) => Ok(self),
+            MaxSwap::PercentOfFree(p) => Err(format!(
+                "max swap {p}%: a percentage of the filesystem's free space must be 1% to 100%"
+            )),
+            MaxSwap::Bytes(b) if b < crate::UNIT_SIZE as u64 => Err(format!(
+                "max swap of {b} bytes is too small: the minimum is 2M (one 2 MiB swap unit)"
+            )),
+            MaxSwap::Bytes(_) => Ok(self),
+        }
+    }
+
+    /// The cap in bytes for a filesystem with `free` bytes free now (rounded down to
+    /// a 2 MiB unit).
+    pub fn bytes_of(self, free: u64) -> u64 {
+        let b = match self {
+            MaxSwap::Bytes(b) => b,
+            MaxSwap::PercentOfFree(p) => free / 100 * u64::from(p),
+        };
+        b & !(crate::UNIT_SIZE as u64 - 1)
+    }
+}
+
+impl Default for MaxSwap {
+    fn default() -> Self {
+        MaxSwap::DEFAULT
+    }
+}
+
+impl std::fmt::Display for MaxSwap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MaxSwap::Bytes(b) => write!(f, "{b}"),
+            MaxSwap::PercentOfFree(p) => write!(f, "{p}%"),
+        }
+    }
+}
+
+impl std::str::FromStr for MaxSwap {
+    type Err = String;
+    /// `SIZE` (`8G`, at least 2M) or `N%` (1-100, of the filesystem's free space).
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let t = s.trim();
+        let v = match t.strip_suffix('%') {
+            Some(p) => MaxSwap::PercentOfFree(
+                p.trim()
+                    .parse::<u32>()
+                    .map_err(|_| format!("max swap {s:?}: not a percentage"))?,
+            ),
+            None => MaxSwap::Bytes(crate::parse_size(t).map_err(|e| format!("max swap: {e}"))?),
+        };
+        v.check()
+    }
+}
+
 /// Who serves a region's page faults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FaultMode {
@@ -212,6 +289,8 @@ pub struct PoolBuilder {
     pub(crate) budget: u64,
     pub(crate) swap_file: Option<PathBuf>,
     pub(crate) swap_size: Option<u64>,
+    pub(crate) max_swap: MaxSwap,
+    pub(crate) keep_free: Option<u64>,
     pub(crate) fault_threads: usize,
     pub(crate) device_kind: DeviceKind,
     pub(crate) stale_slot_policy: StaleSlotPolicy,
@@ -244,6 +323,8 @@ impl Default for PoolBuilder {
             budget: 256 << 20,
             swap_file: None,
             swap_size: None,
+            max_swap: MaxSwap::DEFAULT,
+            keep_free: None,
             fault_threads: 1,
             device_kind: DeviceKind::Auto,
             stale_slot_policy: StaleSlotPolicy::FreeOnWrite,
@@ -295,7 +376,26 @@ impl PoolBuilder {
         self.swap_file = Some(path.into());
         self
     }
-    /// Swap capacity in bytes. Default: grows to back every region created.
+    /// How large the swap file may grow (default [`MaxSwap::DEFAULT`]: half of its
+    /// filesystem's free space). The file grows as pages are evicted and gives back
+    /// the space of freed clusters; a pool that reaches the cap keeps further pages
+    /// resident, over the budget, and says so (see `docs/run.md`, "When the swap place
+    /// is full"). Ignored with a fixed [`swap_size`](Self::swap_size) or a block device.
+    pub fn max_swap(mut self, cap: MaxSwap) -> Self {
+        self.max_swap = cap;
+        self
+    }
+    /// Free space the swap file never takes its filesystem below (default: what
+    /// [`max_swap`](Self::max_swap) leaves free when the pool starts). `uswap run` gives
+    /// every process of a run the first one's (`Pool::swap_keep_free`), so that they
+    /// share one cap rather than each taking its own.
+    pub fn keep_free(mut self, bytes: u64) -> Self {
+        self.keep_free = Some(bytes);
+        self
+    }
+    /// Fixed swap capacity in bytes, preallocated at start; a region that would take
+    /// the committed total past it is refused (`Error::SwapFull`). Default: none (the
+    /// file grows as pages are evicted, up to [`max_swap`](Self::max_swap)).
     pub fn swap_size(mut self, bytes: u64) -> Self {
         self.swap_size = Some(bytes);
         self
@@ -537,6 +637,12 @@ impl Pool {
     /// limits the process.
     pub fn memcg(&self) -> Option<String> {
         self.engine.memcg.as_ref().map(|m| m.describe())
+    }
+
+    /// Free space the swap file never takes its filesystem below (see
+    /// [`PoolBuilder::keep_free`]).
+    pub fn swap_keep_free(&self) -> u64 {
+        self.engine.tiers.file().keep_free()
     }
 
     /// Swap capacity in bytes now.

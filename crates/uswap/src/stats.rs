@@ -42,6 +42,18 @@ macro_rules! counters {
             /// Swap files this process holds open (its own, and ones inherited at
             /// forks that it still reads).
             pub swap_files_open: u64,
+            /// Disk space this process's swap file takes now (its allocated blocks:
+            /// it grows as pages are evicted and gives back freed clusters).
+            pub swap_disk_bytes: u64,
+            /// Most disk space the swap file took at once (sampled when it grows).
+            pub peak_swap_disk_bytes: u64,
+            /// The cap on the swap file's size (`--max-swap`; a fixed size or a
+            /// device's size).
+            pub swap_max_bytes: u64,
+            /// Times a page needed swap and the swap place was full (at its cap, or
+            /// its filesystem out of room): such pages stay resident, over the budget
+            /// (said on stderr the first time).
+            pub swap_full_events: u64,
             /// Bytes the compressed tier holds now (its pool and metadata).
             pub zswap_pool_bytes: u64,
             /// Bytes of pages stored in the compressed tier now, uncompressed.

@@ -593,7 +593,7 @@ pub(crate) fn write_whole(
     if !crate::writeback::can_write(e) {
         return false;
     }
-    let Some(base) = e.slots.alloc_cluster(&mut ctx.cursor) else {
+    let Some(base) = crate::writeback::alloc_cluster(e, ctx) else {
         r.counters.thp_swpout_fallback.fetch_add(1, Relaxed);
         return false;
     };

@@ -9,6 +9,13 @@
 //!   or a run of failures stops writeback for a while (doubling from 100 ms to 10 s):
 //!   reclaim then leaves dirty pages in RAM instead of moving them out and back in a
 //!   loop, and a fault that needs room goes over the budget, said once on stderr.
+//!
+//! A full swap place (the file at its cap, `MaxSwap`, or its filesystem out of room)
+//! is handled the same way, never silently and never in a loop: said loudly on stderr
+//! the first time, with the figures and what to raise; counted (`swap_full_events`);
+//! writes pause with the same backoff, so reclaim stops moving dirty pages out and
+//! back, and faults that need room go over the budget at once while the last
+//! reclaim found nothing (`reclaim_futile`) instead of scanning again for each fault.
 
 use crate::budget::Gauge;
 use crate::engine::Engine;
@@ -37,6 +44,11 @@ pub(crate) struct Writeback {
     said_blocked: AtomicBool,
     /// "Swap full" was said.
     said_full: AtomicBool,
+    /// Times the swap place was found full (a growth refused).
+    full_events: AtomicU64,
+    /// The `blocked_until` of the pause in which a fault's reclaim found nothing to
+    /// free: until it ends, faults go over budget without reclaiming again.
+    futile_until: AtomicU64,
 }
 
 impl Writeback {
@@ -47,6 +59,8 @@ impl Writeback {
             backoff_ms: AtomicU64::new(BACKOFF_MIN_MS),
             said_blocked: AtomicBool::new(false),
             said_full: AtomicBool::new(false),
+            full_events: AtomicU64::new(0),
+            futile_until: AtomicU64::new(0),
         }
     }
 
@@ -70,12 +84,41 @@ pub(crate) fn can_write(e: &Engine) -> bool {
         && e.tiers.seal.as_ref().is_none_or(|s| s.can_write())
 }
 
+impl Writeback {
+    /// Times the swap place was found full.
+    pub(crate) fn full_events(&self) -> u64 {
+        self.full_events.load(Relaxed)
+    }
+
+    /// Stop writes for the current backoff, which doubles; returns its length in ms.
+    fn pause(&self) -> u64 {
+        let ms = self.backoff_ms.load(Relaxed);
+        self.backoff_ms.store((ms * 2).min(BACKOFF_MAX_MS), Relaxed);
+        self.blocked_until
+            .store(self.now_ns() + ms * 1_000_000, Relaxed);
+        ms
+    }
+
+    /// A fault's reclaim found nothing to free while writes are paused: the next
+    /// faults of this pause need not look again.
+    pub(crate) fn note_futile(&self) {
+        if self.blocked_for().is_some() {
+            self.futile_until
+                .store(self.blocked_until.load(Relaxed), Relaxed);
+        }
+    }
+
+    /// Whether a fault's reclaim already found nothing in this pause of writes.
+    pub(crate) fn reclaim_futile(&self) -> bool {
+        let until = self.futile_until.load(Relaxed);
+        until != 0 && until == self.blocked_until.load(Relaxed) && self.blocked_for().is_some()
+    }
+}
+
 /// The back tier refused a write with `err`: stop writing for a while.
 pub(crate) fn refused(e: &Engine, err: i32) {
     let w = &e.writeback;
-    let ms = w.backoff_ms.load(Relaxed);
-    w.backoff_ms.store((ms * 2).min(BACKOFF_MAX_MS), Relaxed);
-    w.blocked_until.store(w.now_ns() + ms * 1_000_000, Relaxed);
+    let ms = w.pause();
     if !w.said_blocked.swap(true, Relaxed) {
         say!(
             "uswap: the swap device refuses writes ({}): pages stay in RAM, over budget, \
@@ -98,25 +141,99 @@ pub(crate) fn accepted(e: &Engine) {
     }
 }
 
-/// Grow the slot space when allocation falls short: a growable swap file grows to
-/// back every committed page again, plus the slots lost to write errors (never
-/// reused), plus one unit. In a forked child this makes its own file on first need
-/// (its slots start past the parent's). False when it cannot (a fixed size or a
-/// device): pages without a slot then stay in RAM, over budget, said once.
-fn grow_slots(e: &Engine) -> bool {
-    let bad = e.slots.bad_slots();
-    let grown = e.tiers.file().fixed_size().is_none() && {
-        let committed = e.regions.committed();
-        let base = e.tiers.file().base() * PAGE_SIZE as u64;
-        let need = base + committed + (bad + UNIT_PAGES as u64) * PAGE_SIZE as u64;
-        e.tiers.file().ensure(need).is_ok()
-    };
-    if grown {
-        e.slots.grow(e.tiers.capacity() / PAGE_SIZE as u64);
-    } else if !e.writeback.said_full.swap(true, Relaxed) {
-        say!("uswap: swap full ({bad} slots lost to write errors): pages stay in RAM, over budget");
+/// Grow the slot space when allocation falls short (the slot space was `seen`
+/// slots then; another thread may have grown it since): a growable swap file grows
+/// by a step (`SwapFile::next_step`), never past what backs every committed page
+/// again plus the slots lost to write errors (never reused) plus one unit, nor past
+/// its cap or its filesystem's floor. In a forked child this makes its own file on
+/// first need (its slots start past the parent's). False when it cannot: the swap is
+/// full (`swap_full`).
+fn grow_slots(e: &Engine, seen: u64) -> bool {
+    if e.slots.capacity() > seen {
+        return true;
     }
-    grown
+    let f = e.tiers.file();
+    let page = PAGE_SIZE as u64;
+    let bad = e.slots.bad_slots();
+    let grown = match f.fixed_size() {
+        Some(_) => Err(None),
+        None => {
+            let cap = f.capacity();
+            let bound = f.base() * page + e.regions.committed() + (bad + UNIT_PAGES as u64) * page;
+            let step = f
+                .next_step()
+                .min(bound.saturating_sub(cap))
+                .max(crate::UNIT_SIZE as u64);
+            f.grow(step).map_err(Some)
+        }
+    };
+    match grown {
+        Ok(_) => {
+            e.slots.grow(e.tiers.capacity() / page);
+            true
+        }
+        Err(why) => {
+            swap_full(e, why, bad);
+            false
+        }
+    }
+}
+
+/// No slot for a page, and the swap cannot grow (`why`; None: a fixed size or a
+/// device): counted, writes pause (`Writeback::pause`), said loudly the first time.
+fn swap_full(e: &Engine, why: Option<crate::Error>, bad: u64) {
+    let w = &e.writeback;
+    w.full_events.fetch_add(1, Relaxed);
+    w.pause();
+    if w.said_full.swap(true, Relaxed) {
+        return;
+    }
+    let f = e.tiers.file();
+    let why = why.map_or_else(
+        || {
+            format!(
+                "its fixed size of {} is in use",
+                crate::format_size(f.max_bytes())
+            )
+        },
+        |e| e.to_string(),
+    );
+    let lost = match bad {
+        0 => String::new(),
+        n => format!(" ({n} slots lost to write errors)"),
+    };
+    say!(
+        "uswap: SWAP FULL: {why}{lost}.\n\
+         uswap: pages that need swap now stay in RAM, OVER THE BUDGET of {}, until swap \
+         space is freed (counted as swap_full_events in --stats); give a larger --max-swap \
+         or a --swap-file on a disk with more room.",
+        crate::format_size(e.budget.bytes())
+    );
+}
+
+/// Up to `n` slots for pages about to leave, appended to `runs` as runs; the slot
+/// space grows when it falls short. Returns how many.
+pub(crate) fn alloc_slots(
+    e: &Engine,
+    ctx: &mut ThreadCtx,
+    n: usize,
+    runs: &mut Vec<SlotRun>,
+) -> usize {
+    let seen = e.slots.capacity();
+    let mut got = e.slots.alloc(&mut ctx.cursor, n, runs);
+    if got < n && grow_slots(e, seen) {
+        got += e.slots.alloc(&mut ctx.cursor, n - got, runs);
+    }
+    got
+}
+
+/// A whole free cluster (a 2 MiB unit's slots), growing the slot space if there is
+/// none.
+pub(crate) fn alloc_cluster(e: &Engine, ctx: &mut ThreadCtx) -> Option<Slot> {
+    let seen = e.slots.capacity();
+    e.slots
+        .alloc_cluster(&mut ctx.cursor)
+        .or_else(|| grow_slots(e, seen).then(|| e.slots.alloc_cluster(&mut ctx.cursor))?)
 }
 
 /// Pages of one locked unit, evicted into `frames` (page map still `Resident`, or
@@ -139,10 +256,7 @@ pub(crate) fn write_pages(
         return pages.iter().copied().zip(frames.iter().copied()).collect();
     }
     let mut runs: Vec<SlotRun> = Vec::new();
-    let mut got = e.slots.alloc(&mut ctx.cursor, pages.len(), &mut runs);
-    if got < pages.len() && grow_slots(e) {
-        got += e.slots.alloc(&mut ctx.cursor, pages.len() - got, &mut runs);
-    }
+    let got = alloc_slots(e, ctx, pages.len(), &mut runs);
     let mut next = 0;
     for run in &runs {
         let n = run.len as usize;

@@ -148,20 +148,27 @@ fn ballast(dir: &Path, bytes: u64) {
     assert_eq!(r, 0, "ballast: {}", std::io::Error::last_os_error());
 }
 
-/// The swap file grows in 64 MiB steps where there is room, by what is needed where
-/// there is not (a 16 MiB region on a disk with 20 MiB free failed: it asked for 64),
-/// and a growth that cannot fit says what was asked and what was free, and takes
-/// nothing.
+/// The swap file grows by what is asked (rounded to a 2 MiB unit; the steps are the
+/// caller's, `SwapFile::grow`), and a growth that cannot fit says what was asked and
+/// what was free, and takes nothing (a 16 MiB region on a disk with 20 MiB free once
+/// failed: it asked for 64).
 #[test]
 fn a_nearly_full_disk_grows_by_what_is_needed() {
     let fs = Mount::ext4(scratch(), "nearly-full", 160);
-    let f = SwapFile::open(Some(fs.path()), None).unwrap();
+    let f = SwapFile::open_capped(
+        Some(fs.path()),
+        None,
+        uswap::MaxSwap::PercentOfFree(100),
+        Some(0),
+    )
+    .unwrap();
+    assert_eq!(f.ensure(2 * MIB).unwrap(), 2 * MIB, "what is asked");
     assert_eq!(
-        f.ensure(2 * MIB).unwrap(),
-        64 * MIB,
+        f.grow(64 * MIB).unwrap(),
+        66 * MIB,
         "a step where there is room"
     );
-    // Leave 20 MiB free: the next step (to 128 MiB) does not fit, 80 MiB does.
+    // Leave 20 MiB free: 80 MiB fits, 120 MiB does not.
     let free = fs.free_bytes();
     ballast(fs.path(), free - 20 * MIB);
     assert_eq!(f.ensure(80 * MIB).unwrap(), 80 * MIB);

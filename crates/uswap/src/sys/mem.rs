@@ -397,6 +397,15 @@ pub(crate) fn replace_fd(fresh: RawFd, old: RawFd) {
     }
 }
 
+/// Bytes free for an unprivileged file on the filesystem of `fd` (fstatfs f_bavail).
+pub(crate) fn fs_free_bytes(fd: RawFd) -> Option<u64> {
+    // SAFETY: statfs is plain old data; all zeros is a valid value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs(2) on a descriptor the caller holds open, into a live struct.
+    let r = unsafe { libc::fstatfs(fd, &mut st) };
+    (r == 0).then(|| st.f_bavail * st.f_bsize as u64)
+}
+
 /// MemTotal of this machine, in bytes.
 pub(crate) fn mem_total() -> Option<u64> {
     let s = std::fs::read_to_string("/proc/meminfo").ok()?;

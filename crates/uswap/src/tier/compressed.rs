@@ -541,7 +541,7 @@ pub(crate) fn store_unit(
         }
     };
     c.note(false);
-    let Some(base) = e.slots.alloc_cluster(&mut ctx.cursor) else {
+    let Some(base) = crate::writeback::alloc_cluster(e, ctx) else {
         let _ = c.pool.free(h);
         end_store(e, c);
         return UnitStore::NotTried;
@@ -644,7 +644,7 @@ pub(crate) fn store_pages(
         }
         // Slots for the stored ones (any slots: they are written only on writeback).
         let mut runs = Vec::new();
-        let got = e.slots.alloc(&mut ctx.cursor, stored.len(), &mut runs);
+        let got = crate::writeback::alloc_slots(e, ctx, stored.len(), &mut runs);
         let slots: Vec<Slot> = runs.iter().flat_map(|run| run.slots()).collect();
         let mut freed = Vec::with_capacity(stored.len());
         for (k, &(p, f, h, raw)) in stored.iter().enumerate() {

@@ -34,8 +34,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-/// Granularity in which a regular swap file is extended (fallocate).
-const GROW_STEP: u64 = 64 << 20;
+/// Growth steps of a regular swap file (fallocate): a quarter of its size, within
+/// these bounds. Small at first, so that a program that evicts little takes little
+/// disk (the file once grew in 64 MiB steps, and was made as large as every region at
+/// once: 8.4 GB for 32 regions of 256 MiB with one byte touched in each).
+const GROW_STEP_MIN: u64 = 4 << 20;
+const GROW_STEP_MAX: u64 = 64 << 20;
 
 /// A file of an ancestor process, inherited at a fork: read-only here.
 #[derive(Debug)]
@@ -71,6 +75,14 @@ pub struct SwapFile {
     capacity: AtomicU64,
     /// `Some(n)`: the user fixed the size (or it is a device); never grow past it.
     fixed: Option<u64>,
+    /// A growable file's own size never passes this (`MaxSwap`, in bytes).
+    max_bytes: u64,
+    /// ... nor takes its filesystem's free space below this (what the cap left free
+    /// when the pool started; a forked child keeps its parent's, so that a process
+    /// tree shares one cap).
+    floor: u64,
+    /// Most disk space the file took, sampled after each growth.
+    peak_disk: AtomicU64,
     /// Serializes growth.
     grow_lock: Mutex<()>,
     is_block: bool,
@@ -100,8 +112,21 @@ fn odirect_hint(e: &std::io::Error) -> &'static str {
 }
 
 impl SwapFile {
-    /// Open the backend. `size`: fixed capacity in bytes, or `None` to grow on demand.
+    /// Open the backend. `size`: fixed capacity in bytes, or `None` to grow on demand
+    /// up to the default cap ([`MaxSwap::DEFAULT`](crate::MaxSwap::DEFAULT)).
     pub fn open(path: Option<&Path>, size: Option<u64>) -> Result<SwapFile> {
+        Self::open_capped(path, size, crate::MaxSwap::DEFAULT, None)
+    }
+
+    /// [`open`](Self::open), growing at most to `max` and never taking the free space of
+    /// its filesystem below `keep_free` (default: what `max` leaves free now); a fixed
+    /// size or a device ignores both.
+    pub fn open_capped(
+        path: Option<&Path>,
+        size: Option<u64>,
+        max: crate::MaxSwap,
+        keep_free: Option<u64>,
+    ) -> Result<SwapFile> {
         let unit = crate::UNIT_SIZE as u64;
         if let Some(s) = size.filter(|&s| s < unit) {
             return Err(Error::SwapSizeTooSmall {
@@ -128,6 +153,8 @@ impl SwapFile {
         } else {
             size
         };
+        let free = fs_free(&file).unwrap_or(u64::MAX);
+        let max_bytes = max.bytes_of(free);
         let sf = SwapFile {
             file: OnceLock::from(file),
             base: 0,
@@ -138,6 +165,9 @@ impl SwapFile {
             zram,
             capacity: AtomicU64::new(0),
             fixed: fixed.map(|f| f & !(crate::UNIT_SIZE as u64 - 1)),
+            max_bytes,
+            floor: keep_free.unwrap_or(free.saturating_sub(max_bytes)),
+            peak_disk: AtomicU64::new(0),
             grow_lock: Mutex::new(()),
             is_block,
             rotational,
@@ -230,6 +260,11 @@ impl SwapFile {
         if self.is_block {
             self.origin = None;
         }
+        if self.is_block || self.fixed.is_some() {
+            // The child's own file grows, up to what the parent's could hold.
+            self.max_bytes = self.max_bytes();
+            self.floor = 0;
+        }
         self.is_block = false;
         self.fixed = None;
     }
@@ -270,6 +305,11 @@ impl SwapFile {
         self.sparse.store(true, Ordering::Relaxed);
     }
 
+    /// Whether the file only names slots (no disk space).
+    pub fn is_sparse(&self) -> bool {
+        self.sparse.load(Ordering::Relaxed)
+    }
+
     /// Where it lives, for messages.
     pub fn desc(&self) -> &Path {
         &self.desc
@@ -302,11 +342,79 @@ impl SwapFile {
         self.rotational
     }
 
-    /// Make at least `bytes` usable: extend and preallocate a regular file (so that
-    /// O_DIRECT writes do not allocate blocks one by one and a full disk shows here,
-    /// not as a write error later). It grows in [`GROW_STEP`]s where there is room,
-    /// else by what is needed (rounded to a 2 MiB unit); an error says what was asked
-    /// and what was free. Returns the new capacity.
+    /// The cap on the writable file's own size, in bytes (a fixed size, a device's
+    /// size, or what `MaxSwap` allowed at start).
+    pub fn max_bytes(&self) -> u64 {
+        self.fixed.unwrap_or(self.max_bytes)
+    }
+
+    /// Disk space the writable file takes now (its allocated blocks).
+    pub fn disk_bytes(&self) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        match self.file.get() {
+            Some(f) if !self.is_block => f.metadata().map_or(0, |m| m.blocks() * 512),
+            _ => 0,
+        }
+    }
+
+    /// Free space the file never takes its filesystem below.
+    pub fn keep_free(&self) -> u64 {
+        self.floor
+    }
+
+    /// Most disk space the file took at once (sampled after each growth).
+    pub fn peak_disk_bytes(&self) -> u64 {
+        self.peak_disk.load(Ordering::Relaxed)
+    }
+
+    /// The next growth step: a quarter of the file, 4 to 64 MiB.
+    pub fn next_step(&self) -> u64 {
+        let own = self.capacity().saturating_sub(self.base * 4096);
+        (own / 4).clamp(GROW_STEP_MIN, GROW_STEP_MAX) & !(crate::UNIT_SIZE as u64 - 1)
+    }
+
+    /// Bytes the writable file may still grow by from capacity `cap`: under its cap
+    /// and, on a filesystem, without taking the free space below the floor.
+    fn room(&self, cap: u64) -> u64 {
+        let own = cap.saturating_sub(self.base * 4096);
+        let sparse = self.sparse.load(Ordering::Relaxed);
+        if sparse && self.fixed.is_none() {
+            // Names only, no disk: no cap.
+            return u64::MAX - cap;
+        }
+        let by_cap = self.max_bytes().saturating_sub(own);
+        if self.is_block || sparse {
+            return by_cap;
+        }
+        let by_floor = self
+            .free_bytes()
+            .map_or(u64::MAX, |f| f.saturating_sub(self.floor));
+        by_cap.min(by_floor) & !(crate::UNIT_SIZE as u64 - 1)
+    }
+
+    /// Grow by `step` (a multiple of 2 MiB), or by what the cap and the disk allow,
+    /// at least one 2 MiB unit. Returns the new capacity.
+    pub fn grow(&self, step: u64) -> Result<u64> {
+        let unit = crate::UNIT_SIZE as u64;
+        let cap = self.capacity();
+        let room = self.room(cap);
+        match self.ensure(cap + step.min(room).max(unit)) {
+            Err(e)
+                if step > unit
+                    && matches!(&e, Error::SwapFile { source, .. }
+                    if source.raw_os_error() == Some(libc::ENOSPC)) =>
+            {
+                self.ensure(cap + unit)
+            }
+            r => r,
+        }
+    }
+
+    /// Make at least `bytes` usable (rounded up to a 2 MiB unit): extend and
+    /// preallocate a regular file (so that O_DIRECT writes do not allocate blocks one
+    /// by one and a full disk shows here, not as a write error later). A growth past
+    /// the cap or the disk's room fails, taking nothing, and the error says what was
+    /// asked, what the cap allows and what was free. Returns the new capacity.
     pub fn ensure(&self, bytes: u64) -> Result<u64> {
         let _g = self.grow_lock.lock().unwrap_or_else(|p| p.into_inner());
         let cap = self.capacity();
@@ -325,42 +433,52 @@ impl SwapFile {
             let _ = self.file.set(placed.file);
         }
         let unit = crate::UNIT_SIZE as u64;
-        let limit = self.fixed.unwrap_or(u64::MAX);
-        let exact = bytes
-            .div_ceil(unit)
-            .saturating_mul(unit)
-            .min(limit)
-            .max(bytes.min(limit));
-        let step = bytes
-            .div_ceil(GROW_STEP)
-            .saturating_mul(GROW_STEP)
-            .min(limit)
-            .max(exact);
-        let mut tries = vec![step];
-        if exact < step {
-            tries.push(exact);
-        }
-        let mut last = None;
-        for want in tries {
-            match self.grow_to(cap, want) {
-                Ok(()) => {
-                    self.capacity.store(want, Ordering::Release);
-                    return Ok(want);
-                }
-                // No room for a step: try what is needed.
-                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => last = Some(e),
-                Err(e) => return Err(swap_err(&self.desc, e, "")),
-            }
-        }
-        let e = last.unwrap_or_else(|| std::io::Error::from_raw_os_error(libc::ENOSPC));
-        let hint = format!(
-            " (the swap file needs {} more to hold {}; its filesystem has {} free)",
-            crate::format_size(exact - cap),
-            crate::format_size(exact),
+        let want = bytes.div_ceil(unit).saturating_mul(unit);
+        let free = || {
             self.free_bytes()
                 .map_or_else(|| "an unknown amount".into(), crate::format_size)
-        );
-        Err(swap_err(&self.desc, e, &hint))
+        };
+        if want - cap > self.room(cap) {
+            let e = std::io::Error::from_raw_os_error(libc::ENOSPC);
+            let own = want - self.base * 4096;
+            let limit = if own > self.max_bytes() {
+                format!(
+                    "past its cap of {} (--max-swap)",
+                    crate::format_size(self.max_bytes())
+                )
+            } else {
+                format!(
+                    "more than its filesystem can give while keeping {} free",
+                    crate::format_size(self.floor)
+                )
+            };
+            let hint = format!(
+                " (the swap file needs {} more to hold {}, {limit}; the filesystem has {} \
+                 free)",
+                crate::format_size(want - cap),
+                crate::format_size(own),
+                free()
+            );
+            return Err(swap_err(&self.desc, e, &hint));
+        }
+        match self.grow_to(cap, want) {
+            Ok(()) => {
+                self.capacity.store(want, Ordering::Release);
+                self.peak_disk
+                    .fetch_max(self.disk_bytes(), Ordering::Relaxed);
+                Ok(want)
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
+                let hint = format!(
+                    " (the swap file needs {} more to hold {}; its filesystem has {} free)",
+                    crate::format_size(want - cap),
+                    crate::format_size(want - self.base * 4096),
+                    free()
+                );
+                Err(swap_err(&self.desc, e, &hint))
+            }
+            Err(e) => Err(swap_err(&self.desc, e, "")),
+        }
     }
 
     /// Extend the writable file from capacity `cap` to `want` (slot-space bytes),
@@ -388,14 +506,15 @@ impl SwapFile {
         Err(e)
     }
 
-    /// Bytes free on the filesystem of the writable file, for messages.
+    /// Bytes free on the filesystem of the writable file.
     fn free_bytes(&self) -> Option<u64> {
-        // SAFETY: statfs is plain old data; all zeros is a valid value.
-        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-        // SAFETY: fstatfs(2) on an fd we own, into a live struct.
-        let r = unsafe { libc::fstatfs(self.raw(), &mut st) };
-        (r == 0).then(|| st.f_bavail * st.f_bsize as u64)
+        self.file.get().and_then(fs_free)
     }
+}
+
+/// Bytes free (for an unprivileged file) on the filesystem of `file`.
+fn fs_free(file: &File) -> Option<u64> {
+    crate::sys::mem::fs_free_bytes(file.as_raw_fd())
 }
 
 /// A swap file or device just opened, and where it is.

@@ -369,18 +369,23 @@ impl Tiers {
         self.file().capacity()
     }
 
-    /// A region of `len` bytes (asked: `size`) joins `committed` bytes: make sure the
-    /// back tier can hold `need` bytes in all, or say why not.
+    /// A region of `len` bytes (asked: `size`) joins `committed` bytes, `need` in all.
+    /// A fixed-size swap file must be able to hold them all (else `SwapFull`); a file
+    /// that only names slots grows now (it takes no disk). A growable file on a disk
+    /// takes nothing here: it grows as pages are evicted (`writeback::grow_slots`),
+    /// as kernel swap is used only by the pages swapped out.
     pub(crate) fn commit(&self, need: u64, size: u64, len: u64, committed: u64) -> Result<()> {
         let f = self.file();
+        let base = f.base() * PAGE_SIZE as u64;
         match f.fixed_size() {
-            Some(cap) if need > cap + f.base() * PAGE_SIZE as u64 => Err(Error::SwapFull {
+            Some(cap) if need > cap + base => Err(Error::SwapFull {
                 requested: size,
                 needed: len,
                 capacity: cap,
                 committed,
             }),
-            _ => f.ensure(need + f.base() * PAGE_SIZE as u64).map(|_| ()),
+            None if f.is_sparse() => f.ensure(need + base).map(|_| ()),
+            _ => Ok(()),
         }
     }
 
