@@ -437,6 +437,9 @@ fn make_region(len: usize, at: Option<usize>) -> Option<Arc<Region>> {
     });
     match made {
         Ok(Ok(r)) => Some(Arc::new(r)),
+        // A request no memory could hold (a probe such as mmap(SIZE_MAX)): the kernel
+        // answers it, as it would without uswap; nothing to say.
+        Ok(Err(uswap::Error::InvalidRegionSize { .. })) => None,
         Ok(Err(e)) => {
             if FALLBACKS.fetch_add(1, Relaxed) == 0 {
                 eprint_line(&format!(
