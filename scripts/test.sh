@@ -54,6 +54,9 @@ add_apt util-linux mount e2fsprogs # losetup, mount, mkswap, mkfs.ext4: swap pla
 # memtester: it mlocks its buffer (crates/uswap-cli/tests/run.rs, locked memory);
 # setpriv (util-linux) runs a program without CAP_IPC_LOCK for the refused mlock.
 add_apt memtester
+# stress-ng: its malloc stressor under uswap run never takes the swap filesystem below
+# the --max-swap cap (crates/uswap-cli/tests/swap_space.rs).
+need_tool stress-ng stress-ng
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "installing Debian packages: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive
