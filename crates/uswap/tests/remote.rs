@@ -10,6 +10,16 @@ use uswap::{FaultMode, Pool, RegionOptions, TierKind, UnitPolicy};
 
 const MIB: u64 = 1 << 20;
 
+/// The tests of this file one at a time: a fork copies every pool of the process into
+/// the child, whose engine connects each to its cluster, and whose parent then leaves
+/// the values the child holds to it; another test's pool would count keys that are not
+/// its own, or wait on a cluster whose primary a test killed.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
@@ -44,6 +54,7 @@ fn check(words: &[AtomicU64], seed: u64) {
 
 #[test]
 fn pages_round_trip_through_the_remote_tier() {
+    let _serial = one_at_a_time();
     with_deadline(300, |t| {
         let c = Cluster::start(22100);
         for (tier, unit, mode) in [
@@ -127,6 +138,7 @@ fn pages_round_trip_through_the_remote_tier() {
 
 #[test]
 fn a_primary_killed_mid_run_loses_nothing() {
+    let _serial = one_at_a_time();
     with_deadline(300, |t| {
         let c = Cluster::start(22200);
         let p = t.pool(
@@ -156,6 +168,7 @@ fn a_primary_killed_mid_run_loses_nothing() {
 /// may hold the last page read into it).
 #[test]
 fn lost_values_without_checksums_are_poisoned_not_read() {
+    let _serial = one_at_a_time();
     with_deadline(300, |t| {
         let c = Cluster::start(22400);
         let p = t.pool(
@@ -219,6 +232,7 @@ fn lost_values_without_checksums_are_poisoned_not_read() {
 
 #[test]
 fn a_cluster_down_at_start_is_a_clear_error() {
+    let _serial = one_at_a_time();
     // Nothing listens there.
     let e = Pool::builder()
         .budget(16 * MIB)
@@ -296,6 +310,7 @@ fn remote_pool(c: &Cluster, tier: TierKind) -> Pool {
 /// checked in all three processes, and no key left once they all ended.
 #[test]
 fn forked_children_read_inherited_remote_pages_and_write_their_own() {
+    let _serial = one_at_a_time();
     with_deadline(300, |t| {
         let c = Cluster::start(22300);
         for tier in [TierKind::Remote, TierKind::CompressedRemote] {
@@ -360,6 +375,7 @@ fn forked_children_read_inherited_remote_pages_and_write_their_own() {
 /// deletes them, and nothing is left.
 #[test]
 fn a_parent_that_ends_first_leaves_its_values_to_its_children() {
+    let _serial = one_at_a_time();
     with_deadline(300, |t| {
         let c = Cluster::start(22400);
         let p = remote_pool(&c, TierKind::Remote);
@@ -431,6 +447,7 @@ fn a_parent_that_ends_first_leaves_its_values_to_its_children() {
 /// (values, and the keys that track who reads them) expires.
 #[test]
 fn keys_left_by_killed_processes_expire() {
+    let _serial = one_at_a_time();
     with_deadline(300, |_t| {
         let c = Cluster::start(22500);
         let p = remote_pool(&c, TierKind::Remote);
