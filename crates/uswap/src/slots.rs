@@ -1052,6 +1052,24 @@ impl SlotAllocator {
             .sum()
     }
 
+    /// Run `f(first slot)` for every cluster with no slot in use, no cursor allocating
+    /// from it and not frozen, under that cluster's lock: nothing can be written there
+    /// until `f` returns (what it finds there is dead).
+    pub fn for_each_empty_cluster(&self, mut f: impl FnMut(Slot)) {
+        for c in 0..self.inner.nclusters() as u32 {
+            let Some(cl) = self.inner.cluster(c) else {
+                continue;
+            };
+            if cl.used_hint.load(Ordering::Relaxed) != 0 {
+                continue;
+            }
+            let g = lock(&cl.state);
+            if g.used == 0 && !g.owned && !g.frozen && !g.map.is_empty() {
+                f(u64::from(c) * CLUSTER_SLOTS);
+            }
+        }
+    }
+
     /// Free slots: `capacity() - used()`.
     pub fn free_slots(&self) -> u64 {
         self.capacity().saturating_sub(self.used())

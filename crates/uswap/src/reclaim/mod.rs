@@ -232,6 +232,21 @@ fn kswapd_due(e: &Engine) -> bool {
 }
 
 /// The reclaim thread.
+/// Disk space of swap slots nobody uses goes back to the filesystem once more than half
+/// of the file is free (the file grows as pages are evicted: a burst, children holding
+/// the slots of a fork, a region dropped, would otherwise keep its peak for good). The
+/// blocks come back when a cluster is written again. Not on every free: a stream that
+/// rewrites its pages frees and reuses clusters all the time, and writing into a hole
+/// costs the filesystem an allocation.
+fn give_back_swap_space(e: &Engine) {
+    let used = e.slots.used();
+    let file = e.tiers.file();
+    if file.worth_giving_back(used) {
+        e.slots
+            .for_each_empty_cluster(|first| file.give_back(first, crate::slots::CLUSTER_SLOTS));
+    }
+}
+
 pub(crate) fn run(e: &Arc<Engine>, mut ctx: ThreadCtx) {
     // Background reclaim yields to the program and the fault threads (nice 19): at
     // the default priority it ran 1 ms stretches on the CPU where the program and its
@@ -255,6 +270,7 @@ pub(crate) fn run(e: &Arc<Engine>, mut ctx: ThreadCtx) {
             let _a = e.fork.enter();
             crate::fork::arm_child_polls(e, &mut ctx);
             crate::frames::tune_warm_units(e);
+            give_back_swap_space(e);
         }
         if !futile {
             // A compressed pool past its share writes its oldest back first (zswap's

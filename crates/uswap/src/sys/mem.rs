@@ -397,6 +397,22 @@ pub(crate) fn replace_fd(fresh: RawFd, old: RawFd) {
     }
 }
 
+/// Give the disk blocks of `len` bytes at `off` of file `fd` back to its filesystem (the
+/// range reads as zeros after; the file keeps its size). False where the filesystem
+/// cannot.
+pub(crate) fn punch_hole(fd: RawFd, off: u64, len: u64) -> bool {
+    // SAFETY: fallocate(2) on a descriptor the caller holds open, with a byte range.
+    let r = unsafe {
+        libc::fallocate(
+            fd,
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            off as i64,
+            len as i64,
+        )
+    };
+    r == 0
+}
+
 /// Bytes free for an unprivileged file on the filesystem of `fd` (fstatfs f_bavail).
 pub(crate) fn fs_free_bytes(fd: RawFd) -> Option<u64> {
     // SAFETY: statfs is plain old data; all zeros is a valid value.

@@ -357,6 +357,30 @@ impl SwapFile {
         }
     }
 
+    /// Bytes of slot space in the writable file, and of it in use by `used` slots:
+    /// whether enough of it is free and still takes disk space to be worth giving back
+    /// (more than half the file, and at least 16 MiB; checked with an fstat only then).
+    pub fn worth_giving_back(&self, used_slots: u64) -> bool {
+        if self.is_block || self.sparse.load(Ordering::Relaxed) || self.file.get().is_none() {
+            return false;
+        }
+        let own = self.capacity().saturating_sub(self.base * 4096);
+        let free = own.saturating_sub(used_slots * 4096);
+        free > (own / 2).max(16 << 20) && self.disk_bytes() > used_slots * 4096 + (16 << 20)
+    }
+
+    /// The disk blocks of `n` slots from `first` go back to the filesystem: they hold
+    /// nothing any process reads (the slot allocator says so, under the cluster's lock).
+    /// Slots of an inherited file are never touched.
+    pub fn give_back(&self, first: u64, n: u64) {
+        if first < self.base || self.is_block || self.sparse.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Some(f) = self.file.get() {
+            crate::sys::mem::punch_hole(f.as_raw_fd(), (first - self.base) * 4096, n * 4096);
+        }
+    }
+
     /// Free space the file never takes its filesystem below.
     pub fn keep_free(&self) -> u64 {
         self.floor
