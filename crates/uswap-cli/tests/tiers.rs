@@ -341,7 +341,8 @@ fn compressed_only_over_its_share_goes_over_budget_and_finishes() {
 
 /// Issue 48: programs that fork under `uswap run` on the remote tiers: a child reads
 /// the pages it inherited from its parent's keys and evicts its own to keys of its own;
-/// one child, then eight at once (each ends by `_exit`, as Redis' BGSAVE child does).
+/// one child, then eight at once (each ends by `_exit`, as Redis' BGSAVE child does),
+/// then a child that execs.
 /// Every byte checked in every process, and no key left once they all ended.
 #[test]
 fn forked_programs_run_on_the_remote_tiers() {
@@ -349,10 +350,13 @@ fn forked_programs_run_on_the_remote_tiers() {
     let nodes = cluster.nodes();
     let fork = cprog("fork");
     let forkn = cprog("forkn");
+    let forkexec = cprog("forkexec");
     for tier in ["remote", "compressed+remote"] {
         for (prog, args, says) in [
             (&fork, vec![], "fork ok"),
             (&forkn, vec!["64", "8"], "forkn ok"),
+            // the child execs: its copy of the pool goes, the program it runs starts its own
+            (&forkexec, vec![], "child exit 3"),
         ] {
             let mut cmd = Command::new(uswap_exe());
             cmd.env("USWAP_PRELOAD", preload())

@@ -237,11 +237,12 @@ fn configs() -> Vec<Config> {
             // Other machines' RAM: a local Redis Cluster (3 primaries, 3 replicas on
             // loopback, started for the round), compressed RAM in front of it, in-thread
             // regions (their reads on their own connections), signals, thread churn
-            // (connections set up and let go). No forks: a
-            // child cannot read the parent's values yet (issue 48).
+            // (connections set up and let go), forks (a child reads what it inherited
+            // from its ancestors' keys and writes under its own prefix).
             name: "remote",
             budget_mib: 24,
             tier: TierKind::CompressedRemote,
+            fork_ms: 3000,
             in_thread_pct: 30,
             signals: true,
             churn: true,
