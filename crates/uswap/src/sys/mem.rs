@@ -397,6 +397,17 @@ pub(crate) fn replace_fd(fresh: RawFd, old: RawFd) {
     }
 }
 
+/// Take disk blocks for `len` bytes at `off` of file `fd` (fallocate, size kept).
+pub(crate) fn allocate(fd: RawFd, off: u64, len: u64) -> std::io::Result<()> {
+    // SAFETY: fallocate(2) on a descriptor the caller holds open, with a byte range.
+    let r = unsafe { libc::fallocate(fd, libc::FALLOC_FL_KEEP_SIZE, off as i64, len as i64) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 /// Give the disk blocks of `len` bytes at `off` of file `fd` back to its filesystem (the
 /// range reads as zeros after; the file keeps its size). False where the filesystem
 /// cannot.

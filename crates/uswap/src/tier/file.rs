@@ -89,6 +89,10 @@ pub struct SwapFile {
     rotational: Option<bool>,
     /// Only names slots (the pages go to another tier): grown sparse, never written.
     sparse: std::sync::atomic::AtomicBool,
+    /// Clusters given back to the filesystem (first slot → slots), taken again before
+    /// their next write (`fill_holes`).
+    holes: Mutex<std::collections::BTreeMap<u64, u64>>,
+    has_holes: std::sync::atomic::AtomicBool,
 }
 
 fn swap_err(path: &Path, source: std::io::Error, hint: &str) -> Error {
@@ -172,6 +176,8 @@ impl SwapFile {
             is_block,
             rotational,
             sparse: std::sync::atomic::AtomicBool::new(false),
+            holes: Mutex::new(std::collections::BTreeMap::new()),
+            has_holes: std::sync::atomic::AtomicBool::new(false),
         };
         if let Some(cap) = sf.fixed {
             if cap == 0 {
@@ -257,6 +263,12 @@ impl SwapFile {
             }
         }
         self.base = end;
+        // Holes of the parent's file are the parent's to fill.
+        self.holes
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        *self.has_holes.get_mut() = false;
         if self.is_block {
             self.origin = None;
         }
@@ -377,8 +389,49 @@ impl SwapFile {
             return;
         }
         if let Some(f) = self.file.get() {
-            crate::sys::mem::punch_hole(f.as_raw_fd(), (first - self.base) * 4096, n * 4096);
+            if crate::sys::mem::punch_hole(f.as_raw_fd(), (first - self.base) * 4096, n * 4096) {
+                let mut h = self.holes.lock().unwrap_or_else(|p| p.into_inner());
+                h.insert(first, n);
+                self.has_holes.store(true, Ordering::Release);
+            }
         }
+    }
+
+    /// Before a write to `n` slots from `slot`: the blocks of any hole given back there
+    /// are taken again, within the same room as growth (the cap and the free space the
+    /// filesystem keeps: another process may have grown into what was given back).
+    /// False: the room is not there (the write fails as on a full device).
+    pub fn fill_holes(&self, slot: u64, n: u64) -> bool {
+        if !self.has_holes.load(Ordering::Acquire) {
+            return true;
+        }
+        let mut h = self.holes.lock().unwrap_or_else(|p| p.into_inner());
+        let end = slot + n;
+        let found: Vec<(u64, u64)> = h
+            .range(..end)
+            .filter(|&(&first, &len)| first + len > slot)
+            .map(|(&f, &l)| (f, l))
+            .collect();
+        for (first, len) in found {
+            let Some(f) = self.file.get() else {
+                return false;
+            };
+            let bytes = len * 4096;
+            let room = self
+                .free_bytes()
+                .is_none_or(|free| free >= self.floor.saturating_add(bytes));
+            if !room
+                || crate::sys::mem::allocate(f.as_raw_fd(), (first - self.base) * 4096, bytes)
+                    .is_err()
+            {
+                return false;
+            }
+            h.remove(&first);
+        }
+        if h.is_empty() {
+            self.has_holes.store(false, Ordering::Release);
+        }
+        true
     }
 
     /// Free space the file never takes its filesystem below.

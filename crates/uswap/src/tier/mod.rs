@@ -415,7 +415,14 @@ impl Tiers {
             }
             return;
         }
-        let loc = self.file().locate(op.slot);
+        let file = self.file();
+        if op.kind == OpKind::Write && !file.fill_holes(op.slot, op.pages.len() as u64) {
+            drop(file);
+            ctx.failed.push((op, -libc::ENOSPC));
+            return;
+        }
+        let loc = file.locate(op.slot);
+        drop(file);
         ctx.ring.queue(op, loc);
     }
 
