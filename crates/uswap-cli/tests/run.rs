@@ -1309,7 +1309,10 @@ fn debian_redis_bgsave_on_the_remote_tier() {
 fn redis_bgsave_under_uswap(tier: &[&str]) -> (Vec<Value>, Instant) {
     let redis = need("redis-server", "redis-server");
     let t0 = Instant::now();
-    let dir = support::TempDir::new(&tmpdir(), "redis");
+    // one directory per caller: the two tests run at once, and one's cleanup removed
+    // the other's directory under its BGSAVE
+    let name = format!("redis{}", tier.first().map_or("", |_| "-tier"));
+    let dir = support::TempDir::new(&tmpdir(), &name);
     let stats_file = dir.path().join("stats.jsonl");
     let port = free_port();
     let mut cmd = Command::new(uswap_exe());
