@@ -126,6 +126,10 @@ impl UnitPages {
     pub(crate) fn keep(&mut self, i: usize) {
         self.kept[i / 64] |= 1 << (i % 64);
     }
+    /// Take page `i`'s mark off: a refused store left it swapped, not resident.
+    pub(crate) fn unkeep(&mut self, i: usize) {
+        self.kept[i / 64] &= !(1 << (i % 64));
+    }
     /// Whether page `i` is locked (see `locked`).
     pub(crate) fn is_locked(&self, i: usize) -> bool {
         self.locked[i / 64] & (1 << (i % 64)) != 0
@@ -301,8 +305,10 @@ pub struct RegionInner {
     pub dead: AtomicBool,
     /// Bytes of metadata charged to the budget for this region.
     pub metadata_bytes: u64,
-    /// The unit last swapped in whole (`UnitPolicy::Auto`'s sequential test).
+    /// The unit last swapped in whole (the direction of a stream through whole units).
     pub last_whole_unit: std::sync::atomic::AtomicU64,
+    /// Whether whole units pay here (`UnitPolicy::Auto`'s evidence, from faults).
+    pub(crate) unit_trend: crate::unit::UnitTrend,
     /// The page after the last one mapped from the swap cache: a hit there is a
     /// stream, which fault-around serves (`fault/swapin.rs`).
     pub cache_hit_next: std::sync::atomic::AtomicU64,
@@ -341,6 +347,7 @@ impl RegionInner {
             dead: AtomicBool::new(false),
             metadata_bytes,
             last_whole_unit: std::sync::atomic::AtomicU64::new(u64::MAX),
+            unit_trend: Default::default(),
             cache_hit_next: std::sync::atomic::AtomicU64::new(u64::MAX),
             around_win: std::sync::atomic::AtomicU32::new(0),
         }

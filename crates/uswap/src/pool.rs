@@ -20,7 +20,9 @@ pub enum UnitPolicy {
     Small,
     /// Whole 2 MiB units where the region allows it (counted fallbacks otherwise).
     Huge,
-    /// 2 MiB units where the access pattern says it pays (the default).
+    /// 2 MiB units where the access pattern says it pays (the default): decided per
+    /// region from its faults, whole for streams, 4 KiB pages for random access
+    /// (`thp_swpin_declined`, `thp_swpout_declined`).
     #[default]
     Auto,
 }

@@ -146,6 +146,16 @@ counters! {
     thp_swpin,
     /// 2 MiB units read back in pieces.
     thp_swpin_fallback,
+    /// Faults on a unit swapped out whole that `UnitPolicy::Auto` served in 4 KiB pages
+    /// (with readahead), the region's faults looking random: no 2 MiB swap-in.
+    thp_swpin_declined,
+    /// Fully resident units that `UnitPolicy::Auto` swapped out as 4 KiB pages, the
+    /// region's faults looking random: neither one 2 MiB write nor one pool entry.
+    thp_swpout_declined,
+    /// Units stored whole in the compressed pool that 4 KiB swap-ins split: the
+    /// faulting page mapped, the others stored again as pages of their own (counted
+    /// once the unit's entry holds none; pages the pool refused wait there).
+    zswap_unit_split,
     /// First touches of a whole unit served by a THP the reclaim thread zeroed ahead.
     thp_fault_spare,
     /// Faults that waited for a backend read.

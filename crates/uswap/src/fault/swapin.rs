@@ -54,6 +54,9 @@ pub(super) fn swap_in(
                 readahead(e, r, u, page, slot, &mut reads);
                 queue_reads(e, ctx, reads);
             }
+            Location::Compressed if !crate::unit::loads_stored_unit_whole(r) => {
+                crate::tier::compressed::fault_page(e, ctx, r, u, page, slot, write)
+            }
             Location::Compressed => crate::tier::compressed::fault(e, r, u, page, slot, write),
             Location::Packed => crate::tier::packed::fault(e, r, u, page, slot, write),
             Location::None => {
