@@ -994,9 +994,9 @@ fn split_unit(
             _ => unused.push(f),
         }
     }
-    // The rest stay charged as cached until they are stored; the faulting page is
-    // charged again as it is mapped.
-    e.budget.uncharge(Gauge::Cached, 1 + unused.len() as i64);
+    // The faulting page's piece stays charged into its mapping (`map_loaded`), the
+    // rest until they are stored; what no page needs goes.
+    e.budget.uncharge(Gauge::Cached, unused.len() as i64);
     e.frames.free(&e.zapper, &unused);
     r.counters.minflt.fetch_add(1, Relaxed);
     let mapped = map_loaded(
