@@ -79,6 +79,9 @@ struct Config {
     /// A cap on the swap file (MiB; 0: the default, half the free space): well below
     /// what the round evicts, the swap place fills.
     max_swap_mib: u64,
+    /// The round runs in a memory cgroup of its own whose limit is lowered below the
+    /// budget for a while, then raised again (the pool follows it).
+    memcg: bool,
 }
 
 const ALL_RA: &[ReadaheadPolicy] = &[
@@ -110,6 +113,7 @@ fn configs() -> Vec<Config> {
         signals: false,
         churn: false,
         max_swap_mib: 0,
+        memcg: false,
     };
     vec![
         Config {
@@ -261,6 +265,14 @@ fn configs() -> Vec<Config> {
             regions: 3,
             region_mib: (12, 16),
             max_swap_mib: 16,
+            ..base
+        },
+        Config {
+            // A memory cgroup whose limit drops below the budget mid-round and comes
+            // back: the budget's limit follows it down and up.
+            name: "memcg",
+            budget_mib: 32,
+            memcg: true,
             ..base
         },
     ]
@@ -1260,6 +1272,10 @@ fn round(t: &Test, k: u64, cfg: &Config, seed: u64, secs: u64, threads: usize, i
         ));
         common::Cluster::start(22700)
     });
+    // In a cgroup of its own before the pool starts (the pool finds the cgroup that
+    // limits it when it starts), at a limit well above the budget; left (the process
+    // back in its cgroup, the cgroup removed) when the round ends, panics included.
+    let memcg = cfg.memcg.then(|| Memcg::enter(MEMCG_HIGH));
     let mut builder = Pool::builder();
     if let Some(c) = &cluster {
         builder = builder.remote(c.nodes());
@@ -1289,6 +1305,16 @@ fn round(t: &Test, k: u64, cfg: &Config, seed: u64, secs: u64, threads: usize, i
         },
         Relaxed,
     );
+    if let Some(m) = &memcg {
+        let seen = p.memcg();
+        assert!(
+            seen.as_ref()
+                .is_some_and(|s| s.contains(&*m.dir.to_string_lossy())),
+            "round {k} ({}): the pool does not follow the cgroup {}: {seen:?}",
+            cfg.name,
+            m.dir.display()
+        );
+    }
     LIVE_PEAK.store(LIVE_BYTES.load(Relaxed), Relaxed);
     let t0 = Instant::now();
     let wd = World {
@@ -1324,13 +1350,20 @@ fn round(t: &Test, k: u64, cfg: &Config, seed: u64, secs: u64, threads: usize, i
     }
     let signals0 = SIGNAL_READS.load(Relaxed);
     let tids: Mutex<Vec<libc::pthread_t>> = Mutex::new(Vec::new());
-    let overage = std::thread::scope(|s| {
+    let (squeeze, overage) = std::thread::scope(|s| {
         let watcher = (cfg.max_swap_mib > 0).then(|| {
             let wd = &wd;
             std::thread::Builder::new()
                 .name("stress-overage".into())
                 .spawn_scoped(s, move || overage_watch(wd))
                 .expect("spawn overage watch")
+        });
+        let squeezer = memcg.as_ref().map(|m| {
+            let wd = &wd;
+            std::thread::Builder::new()
+                .name("stress-memcg".into())
+                .spawn_scoped(s, move || squeezer(wd, m))
+                .expect("spawn squeezer")
         });
         for i in 0..threads {
             let (wd, mut r, tids) = (&wd, Rng(rng.next()), &tids);
@@ -1382,7 +1415,10 @@ fn round(t: &Test, k: u64, cfg: &Config, seed: u64, secs: u64, threads: usize, i
                 .spawn_scoped(s, move || forker(wd, r))
                 .expect("spawn forker");
         }
-        watcher.map(|h| h.join().expect("overage watch"))
+        (
+            squeezer.map(|h| h.join().expect("squeezer")),
+            watcher.map(|h| h.join().expect("overage watch")),
+        )
     });
     t.phase(format!("round {k}: {}: final check", cfg.name));
     if !wd.failed() {
@@ -1506,6 +1542,10 @@ fn round(t: &Test, k: u64, cfg: &Config, seed: u64, secs: u64, threads: usize, i
     if let Some(o) = &overage {
         swap_full_asserts(k, cfg, o, &c);
     }
+    if let Some(q) = &squeeze {
+        say(&format!("stress round {k}: {}: {q:?}", cfg.name));
+        memcg_asserts(k, cfg, q, &c);
+    }
     // The budget holds in every round, to the byte (where the swap place fills, to
     // what the policy allows: `swap_full_asserts`).
     assert!(
@@ -1529,6 +1569,7 @@ fn round(t: &Test, k: u64, cfg: &Config, seed: u64, secs: u64, threads: usize, i
         open.len()
     );
     drop(cluster);
+    drop(memcg);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -1632,4 +1673,240 @@ fn overage_watch(wd: &World) -> Overage {
         std::thread::sleep(Duration::from_millis(1));
     }
     o
+}
+
+/// `memcg`: the budget's limit followed the cgroup's limit down below the budget and
+/// back up, and the engine held no more than its limit while it was down.
+fn memcg_asserts(k: u64, cfg: &Config, q: &Squeeze, c: &uswap::Counters) {
+    let budget = cfg.budget_mib * MIB;
+    assert!(
+        q.min_effective <= budget / 2 && q.low_limit < budget,
+        "round {k} ({}): the pool's limit did not follow the cgroup down: {q:?} {c:?}",
+        cfg.name
+    );
+    assert!(
+        q.held_ms > 0 && q.over_limit <= MEMCG_SLACK,
+        "round {k} ({}): the engine held {} KiB over its lowered limit: {q:?} {c:?}",
+        cfg.name,
+        q.over_limit >> 10
+    );
+    // The engine's margin kept the cgroup off its limit: the kernel never had to
+    // reclaim for a charge or refuse one (the OOM killer's road). 0 in every run.
+    assert_eq!(
+        q.failcnt, 0,
+        "round {k} ({}): charges hit the cgroup's limit: {q:?} {c:?}",
+        cfg.name
+    );
+    assert!(
+        q.back_ms.is_some(),
+        "round {k} ({}): the pool's limit did not come back to the budget: {q:?} {c:?}",
+        cfg.name
+    );
+    assert_eq!(
+        c.budget_limit_bytes, budget,
+        "round {k} ({}): the limit at the end is not the budget: {c:?}",
+        cfg.name
+    );
+}
+
+// ---- the memory cgroup of the `memcg` configuration ------------------------------------
+
+/// The cgroup's limit while not squeezed: well above the budget and what the process
+/// holds besides.
+const MEMCG_HIGH: u64 = 512 * MIB;
+/// How far the engine may hold more than its lowered limit once it had time to follow
+/// (pages under I/O, a unit faulted in as the limit fell).
+const MEMCG_SLACK: u64 = 2 * MIB;
+
+/// A v1 memory cgroup this process runs in, made under the cgroup it was in (that
+/// cgroup's limits still apply); dropping it moves the process back and removes it.
+struct Memcg {
+    dir: std::path::PathBuf,
+    home: std::path::PathBuf,
+}
+
+impl Memcg {
+    const ROOT: &'static str = "/sys/fs/cgroup/memory";
+
+    fn enter(limit: u64) -> Memcg {
+        let cg = std::fs::read_to_string("/proc/self/cgroup").expect("/proc/self/cgroup");
+        let path = cg
+            .lines()
+            .find_map(|l| {
+                let mut f = l.splitn(3, ':');
+                let (_, ctrl, path) = (f.next()?, f.next()?, f.next()?);
+                ctrl.split(',').any(|c| c == "memory").then_some(path)
+            })
+            .expect("the memcg configuration needs the cgroup v1 memory controller");
+        let home = std::path::Path::new(Self::ROOT).join(path.trim_start_matches('/'));
+        assert!(
+            home.join("memory.limit_in_bytes").exists(),
+            "no v1 memory cgroup at {}",
+            home.display()
+        );
+        // Cgroups an aborted run left (the watchdog aborts: no drop); removing one
+        // with a process in it fails, so a running test's cgroup stays.
+        if let Ok(rd) = std::fs::read_dir(&home) {
+            for e in rd.flatten() {
+                if e.file_name().to_string_lossy().starts_with("uswap-stress-") {
+                    let _ = std::fs::remove_dir(e.path());
+                }
+            }
+        }
+        let dir = home.join(format!("uswap-stress-{}", std::process::id()));
+        std::fs::create_dir(&dir)
+            .unwrap_or_else(|e| panic!("create the cgroup {}: {e}", dir.display()));
+        let m = Memcg { dir, home };
+        // No kernel swap of the process's pages in the cgroup (if the machine has swap).
+        let _ = m.write("memory.swappiness", 0);
+        m.set_limit(limit).expect("set the cgroup's limit");
+        m.write("cgroup.procs", std::process::id() as u64)
+            .expect("move the process into the cgroup");
+        m
+    }
+
+    fn write(&self, file: &str, v: u64) -> std::io::Result<()> {
+        std::fs::write(self.dir.join(file), v.to_string())
+    }
+
+    fn read(&self, file: &str) -> u64 {
+        let t = std::fs::read_to_string(self.dir.join(file)).unwrap_or_default();
+        t.trim().parse().unwrap_or(0)
+    }
+
+    fn set_limit(&self, bytes: u64) -> std::io::Result<()> {
+        self.write("memory.limit_in_bytes", bytes)
+    }
+
+    /// The cgroup's usage less its page cache (which the kernel reclaims at the limit,
+    /// and the engine does not count as memory outside it).
+    fn anon_usage(&self) -> u64 {
+        let stat = std::fs::read_to_string(self.dir.join("memory.stat")).unwrap_or_default();
+        let file: u64 = stat
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .filter(|(k, _)| *k == "total_active_file" || *k == "total_inactive_file")
+            .filter_map(|(_, v)| v.trim().parse::<u64>().ok())
+            .sum();
+        self.read("memory.usage_in_bytes").saturating_sub(file)
+    }
+}
+
+impl Drop for Memcg {
+    fn drop(&mut self) {
+        let pid = std::process::id().to_string();
+        if let Err(e) = std::fs::write(self.home.join("cgroup.procs"), &pid) {
+            say(&format!(
+                "stress: could not move the process back to {}: {e}",
+                self.home.display()
+            ));
+        }
+        // The move is done when the write returns; a moment for the kernel to let go
+        // of the cgroup's last references all the same.
+        for i in 0.. {
+            match std::fs::remove_dir(&self.dir) {
+                Ok(()) => break,
+                Err(e) if i == 200 => {
+                    say(&format!(
+                        "stress: could not remove the cgroup {}: {e}",
+                        self.dir.display()
+                    ));
+                    break;
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+    }
+}
+
+/// What the squeezer saw.
+#[derive(Debug, Default)]
+struct Squeeze {
+    /// Limits written, and the lowest.
+    steps: u64,
+    low_limit: u64,
+    /// The pool's limit (`budget_limit_bytes`): lowest seen.
+    min_effective: u64,
+    /// How long the squeeze took to bring the pool's limit to half the budget.
+    squeeze_ms: u64,
+    /// Held low this long; the most the engine held over its limit then (after 200 ms
+    /// to follow).
+    held_ms: u64,
+    over_limit: u64,
+    /// How long the pool's limit took to come back to the budget once the cgroup's
+    /// limit was raised (None: not within 2 s).
+    back_ms: Option<u64>,
+    /// The cgroup's failcnt (charges that hit the limit: the kernel reclaimed page
+    /// cache) and its usage's peak.
+    failcnt: u64,
+    max_usage_mib: u64,
+}
+
+/// The `memcg` round's cgroup: a quarter of the round at the full limit, then the
+/// limit lowered step by step (each step 2 MiB under what the engine's room was:
+/// never below what the cgroup holds plus 6 MiB, so the kernel never has to refuse a
+/// charge the engine had a right to) until the pool's limit is half the budget or
+/// less and the cgroup's limit is below the budget, held
+/// there until two thirds of the round, then raised again.
+fn squeezer(wd: &World, m: &Memcg) -> Squeeze {
+    let budget = wd.cfg.budget_mib * MIB;
+    let start = Instant::now();
+    let span = wd.deadline.saturating_duration_since(start);
+    let mut q = Squeeze {
+        min_effective: u64::MAX,
+        low_limit: MEMCG_HIGH,
+        ..Squeeze::default()
+    };
+    let live = |until: Instant| !wd.failed() && Instant::now() < until;
+    let effective = || wd.pool.counters().budget_limit_bytes;
+    let at = |f: u32| start + span * f / 12;
+    while live(at(3)) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Down: limit -= 2 MiB of the engine's room per step.
+    let t = Instant::now();
+    let mut limit = MEMCG_HIGH;
+    while live(at(6)) {
+        let e = effective();
+        q.min_effective = q.min_effective.min(e);
+        if e <= budget / 2 && limit < budget {
+            break;
+        }
+        // The engine's room at `next` is what it holds less 2 MiB (the cgroup's usage
+        // is the engine's plus what is outside it; the engine keeps an 8 MiB margin);
+        // written once the engine gave back the last step's.
+        let next = m.anon_usage() + 6 * MIB;
+        if next < limit && m.set_limit(next).is_ok() {
+            limit = next;
+            q.steps += 1;
+            q.low_limit = limit;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    q.squeeze_ms = t.elapsed().as_millis() as u64;
+    // Held low: the engine keeps within its limit once it had time to follow.
+    let held = Instant::now();
+    while live(at(8)) {
+        let c = wd.pool.counters();
+        q.min_effective = q.min_effective.min(c.budget_limit_bytes);
+        if held.elapsed() >= Duration::from_millis(200) {
+            let used = c.resident_bytes + c.cached_bytes + c.metadata_bytes;
+            q.over_limit = q.over_limit.max(used.saturating_sub(c.budget_limit_bytes));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    q.held_ms = held.elapsed().as_millis() as u64;
+    q.failcnt = m.read("memory.failcnt");
+    q.max_usage_mib = m.read("memory.max_usage_in_bytes") >> 20;
+    // Up again: the pool's limit comes back to the budget.
+    m.set_limit(MEMCG_HIGH).expect("raise the cgroup's limit");
+    let up = Instant::now();
+    while up.elapsed() < Duration::from_secs(2) {
+        if effective() == budget {
+            q.back_ms = Some(up.elapsed().as_millis() as u64);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    q
 }
