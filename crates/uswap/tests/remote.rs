@@ -296,26 +296,36 @@ fn check_range(words: &[AtomicU64], seed: u64, from: usize, to: usize) -> bool {
 }
 
 fn remote_pool(c: &Cluster, tier: TierKind) -> Pool {
+    remote_pool_with(c, tier, false)
+}
+
+fn remote_pool_with(c: &Cluster, tier: TierKind, encrypt: bool) -> Pool {
     Pool::builder()
         .budget(8 * MIB)
         .tier(tier)
         .remote(c.nodes())
         .compressed_max_percent(25)
+        .encrypt(encrypt)
         .build()
         .unwrap()
 }
 
 /// Issue 48: a forked child (and its own child) reads the pages it inherited on the remote
-/// tier from its ancestors' keys, and evicts its own to keys of its own; every byte
-/// checked in all three processes, and no key left once they all ended.
+/// tier from its ancestors' keys, and evicts its own to keys of its own (encrypted too);
+/// every byte checked in all three processes, and no key left once they all ended.
 #[test]
 fn forked_children_read_inherited_remote_pages_and_write_their_own() {
     let _serial = one_at_a_time();
     with_deadline(300, |t| {
         let c = Cluster::start(22300);
-        for tier in [TierKind::Remote, TierKind::CompressedRemote] {
-            t.phase(format!("{tier:?}"));
-            let p = remote_pool(&c, tier);
+        for (tier, encrypt) in [
+            (TierKind::Remote, false),
+            (TierKind::CompressedRemote, false),
+            // each process's own key for what it writes; its ancestors' for what it reads
+            (TierKind::Remote, true),
+        ] {
+            t.phase(format!("{tier:?} encrypt {encrypt}"));
+            let p = remote_pool_with(&c, tier, encrypt);
             let r = p.region(32 * MIB).unwrap();
             let w = r.as_words();
             let n = w.len();
