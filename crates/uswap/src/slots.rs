@@ -373,6 +373,9 @@ struct Inner {
     invalid: AtomicU64,
     /// Slots marked bad.
     bad: AtomicU64,
+    /// Times a cluster joined the free list: what
+    /// [`for_each_empty_cluster`](SlotAllocator::for_each_empty_cluster) finds changed.
+    emptied: AtomicU64,
 }
 
 impl Inner {
@@ -416,6 +419,9 @@ impl Inner {
         };
         let mut l = lock(&self.lists);
         if l.on[c as usize] != want {
+            if want == ListId::Free {
+                self.emptied.fetch_add(1, Ordering::Relaxed);
+            }
             l.unlink(c);
             l.push_back(want, c);
         }
@@ -694,6 +700,7 @@ impl SlotAllocator {
             double_free: AtomicU64::new(0),
             invalid: AtomicU64::new(0),
             bad: AtomicU64::new(0),
+            emptied: AtomicU64::new(0),
         };
         let a = SlotAllocator {
             inner: Arc::new(inner),
@@ -1052,6 +1059,13 @@ impl SlotAllocator {
             .sum()
     }
 
+    /// Times a cluster became wholly free: unchanged since a
+    /// [`for_each_empty_cluster`](Self::for_each_empty_cluster) walk, a new walk finds
+    /// nothing that one did not.
+    pub fn clusters_emptied(&self) -> u64 {
+        self.inner.emptied.load(Ordering::Relaxed)
+    }
+
     /// Run `f(first slot)` for every cluster with no slot in use, no cursor allocating
     /// from it and not frozen, under that cluster's lock: nothing can be written there
     /// until `f` returns (what it finds there is dead).
@@ -1178,6 +1192,34 @@ mod tests {
             for s in out[0].slots() {
                 assert_eq!(a.count(s), 1);
             }
+        }
+    }
+
+    #[test]
+    fn clusters_emptied_counts_each_cluster_that_becomes_free() {
+        for policy in [AllocPolicy::Ssd, AllocPolicy::Rotational] {
+            let a = SlotAllocator::new(8 * 512, policy);
+            let mut cur = a.cursor();
+            let mut out = Vec::new();
+            assert_eq!(a.alloc(&mut cur, 512, &mut out), 512);
+            let run = out[0];
+            drop(cur);
+            let before = a.clusters_emptied();
+            let mut slots = run.slots();
+            let first = slots.next().unwrap();
+            for s in slots {
+                a.put(s);
+            }
+            assert_eq!(
+                a.clusters_emptied(),
+                before,
+                "{policy:?}: one slot still used"
+            );
+            a.put(first);
+            assert_eq!(a.clusters_emptied(), before + 1, "{policy:?}");
+            let mut found = 0;
+            a.for_each_empty_cluster(|_| found += 1);
+            assert_eq!(found, 8, "{policy:?}");
         }
     }
 

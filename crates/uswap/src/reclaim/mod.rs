@@ -23,6 +23,7 @@ use crate::ring::TOKEN_TIMEOUT;
 use crate::threads::ThreadCtx;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Pages a direct reclaim frees beyond what the fault needs, so that the next faults
 /// do not reclaim again at once.
@@ -182,7 +183,7 @@ pub(crate) fn reclaim(e: &Engine, ctx: &mut ThreadCtx, goal: Goal) -> bool {
             // so wait for it (bounded at ~10 s against a stuck device).
             idle += 1;
             e.threads.wake_kswapd();
-            std::thread::sleep(std::time::Duration::from_micros(50));
+            std::thread::sleep(Duration::from_micros(50));
         } else if crate::spare::drop(e, 1) > 0 {
             // Nothing will free room but a spare zeroed THP: it goes. (Not before:
             // dropped, its memory goes back to the host, and making it again costs
@@ -231,14 +232,29 @@ fn kswapd_due(e: &Engine) -> bool {
     !e.threads.is_shutdown() && (b.metadata_waits() || b.promised_pages() > b.high_pages())
 }
 
-/// The reclaim thread.
+/// When [`give_back_swap_space`] last looked.
+struct GiveBackLook {
+    emptied: u64,
+    at: Instant,
+}
+
 /// Disk space of swap slots nobody uses goes back to the filesystem once more than half
 /// of the file is free (the file grows as pages are evicted: a burst, children holding
 /// the slots of a fork, a region dropped, would otherwise keep its peak for good). The
 /// blocks come back when a cluster is written again. Not on every free: a stream that
 /// rewrites its pages frees and reuses clusters all the time, and writing into a hole
-/// costs the filesystem an allocation.
-fn give_back_swap_space(e: &Engine) {
+/// costs the filesystem an allocation. Looked at when a cluster became free since the
+/// last look, else once a second (frees that empty no cluster can still take the file
+/// past half free): the look sums every cluster's count.
+fn give_back_swap_space(e: &Engine, last: &mut GiveBackLook) {
+    let emptied = e.slots.clusters_emptied();
+    if emptied == last.emptied && last.at.elapsed() < Duration::from_secs(1) {
+        return;
+    }
+    *last = GiveBackLook {
+        emptied,
+        at: Instant::now(),
+    };
     let used = e.slots.used();
     let file = e.tiers.file();
     if file.worth_giving_back(used) {
@@ -247,6 +263,7 @@ fn give_back_swap_space(e: &Engine) {
     }
 }
 
+/// The reclaim thread.
 pub(crate) fn run(e: &Arc<Engine>, mut ctx: ThreadCtx) {
     // Background reclaim yields to the program and the fault threads (nice 19): at
     // the default priority it ran 1 ms stretches on the CPU where the program and its
@@ -261,6 +278,10 @@ pub(crate) fn run(e: &Arc<Engine>, mut ctx: ThreadCtx) {
     // not repeated until something changes: a wake-up, a completion, or the
     // writeback pause ending.
     let mut futile = false;
+    let mut give_back_look = GiveBackLook {
+        emptied: u64::MAX,
+        at: Instant::now(),
+    };
     loop {
         if e.threads.is_shutdown() && !ctx.io_pending() {
             break;
@@ -270,7 +291,7 @@ pub(crate) fn run(e: &Arc<Engine>, mut ctx: ThreadCtx) {
             let _a = e.fork.enter();
             crate::fork::arm_child_polls(e, &mut ctx);
             crate::frames::tune_warm_units(e);
-            give_back_swap_space(e);
+            give_back_swap_space(e, &mut give_back_look);
         }
         if !futile {
             // A compressed pool past its share writes its oldest back first (zswap's
