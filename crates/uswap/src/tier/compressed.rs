@@ -712,25 +712,9 @@ pub(crate) fn fault(
     match c.handle_of(slot) {
         Some((h, true)) => load_unit(e, c, r, u, page, h),
         Some((h, false)) => {
-            let Some(frame) = e.frames.alloc_to_fill(crate::frames::Site::Compressed) else {
-                e.threads.wake_kswapd();
-                let _ = r.uffd.wake(r.page_addr(page), PAGE_SIZE);
-                return;
-            };
-            e.budget.charge(Gauge::Cached, 1);
-            if c.pool.load(h, e.frames.page_mut(frame)).is_err() {
-                e.frames.free(&e.zapper, &[frame]);
-                e.budget.uncharge(Gauge::Cached, 1);
-                r.counters.swap_csum_fail.fetch_add(1, Relaxed);
-                e.diag.say_compressed_corrupt(slot);
-                crate::fault::poison_page(e, r, u, page, slot);
-                return;
+            if load_one(e, c, r, u, page, slot, |out| c.pool.load(h, out)) {
+                crate::fault::swapin::fault_around(e, r, u, page, write);
             }
-            r.counters.minflt.fetch_add(1, Relaxed);
-            let mapped = map_loaded(e, c, r, u, &[(page, slot, frame)]);
-            r.counters.zswpin.fetch_add(mapped, Relaxed);
-            charge_pool(e, c);
-            crate::fault::swapin::fault_around(e, r, u, page, write);
         }
         None => {
             e.diag.internal(&format!(
@@ -777,16 +761,10 @@ pub(crate) fn load_run(
     let room = e.budget.take_room(run.len() as i64).max(0) as usize;
     let mut loaded = Vec::with_capacity(room);
     for &(q, s, h) in run.iter().take(room) {
-        let Some(f) = e.frames.alloc_to_fill(crate::frames::Site::Compressed) else {
+        // A page that does not decode: its own fault finds it damaged and says so.
+        let Ok(f) = decode_to_frame(e, |out| c.pool.load(h, out)) else {
             break;
         };
-        e.budget.charge(Gauge::Cached, 1);
-        if c.pool.load(h, e.frames.page_mut(f)).is_err() {
-            // Its own fault finds it damaged and says so.
-            e.frames.free(&e.zapper, &[f]);
-            e.budget.uncharge(Gauge::Cached, 1);
-            break;
-        }
         loaded.push((q, s, f));
     }
     if loaded.is_empty() {
@@ -929,28 +907,73 @@ fn load_page_of_unit(
     let PageState::Swapped(slot) = u.get(i) else {
         return;
     };
-    let Some(frame) = e.frames.alloc_to_fill(crate::frames::Site::Compressed) else {
-        e.threads.wake_kswapd();
-        let _ = r.uffd.wake(r.page_addr(page), PAGE_SIZE);
-        return;
-    };
+    if load_one(e, c, r, u, page, slot, |out| {
+        c.pool.load_part(h, i * PAGE_SIZE, out)
+    }) {
+        r.counters.thp_swpin_fallback.fetch_add(1, Relaxed);
+    }
+}
+
+/// Why [`decode_to_frame`] has no frame to give.
+enum DecodeFailed {
+    /// No frame free: reclaim must make one first.
+    NoFrame,
+    /// The entry did not decode (damaged).
+    Corrupt,
+}
+
+/// A frame, charged as `Cached`, that `decode` filled with one page's bytes; on a
+/// failed decode the frame and its charge go back.
+fn decode_to_frame<E>(
+    e: &Engine,
+    decode: impl FnOnce(&mut [u8]) -> Result<(), E>,
+) -> Result<usize, DecodeFailed> {
+    let frame = e
+        .frames
+        .alloc_to_fill(crate::frames::Site::Compressed)
+        .ok_or(DecodeFailed::NoFrame)?;
     e.budget.charge(Gauge::Cached, 1);
-    if c.pool
-        .load_part(h, i * PAGE_SIZE, e.frames.page_mut(frame))
-        .is_err()
-    {
+    if decode(e.frames.page_mut(frame)).is_err() {
         e.frames.free(&e.zapper, &[frame]);
         e.budget.uncharge(Gauge::Cached, 1);
-        r.counters.swap_csum_fail.fetch_add(1, Relaxed);
-        e.diag.say_compressed_corrupt(slot);
-        crate::fault::poison_page(e, r, u, page, slot);
-        return;
+        return Err(DecodeFailed::Corrupt);
     }
-    r.counters.minflt.fetch_add(1, Relaxed);
-    r.counters.thp_swpin_fallback.fetch_add(1, Relaxed);
-    let mapped = map_loaded(e, c, r, u, &[(page, slot, frame)]);
-    r.counters.zswpin.fetch_add(mapped, Relaxed);
-    charge_pool(e, c);
+    Ok(frame)
+}
+
+/// The fault of `page` (swapped to `slot`), whose bytes `decode` writes from the pool:
+/// decoded into a frame and mapped dirty. With no frame free, reclaim is woken and the
+/// fault retries; an entry that does not decode poisons the page (SIGBUS for it, never
+/// wrong bytes). Whether the page was decoded. Under the unit's lock.
+fn load_one<E>(
+    e: &Engine,
+    c: &Compressed,
+    r: &RegionInner,
+    u: &mut UnitPages,
+    page: u64,
+    slot: Slot,
+    decode: impl FnOnce(&mut [u8]) -> Result<(), E>,
+) -> bool {
+    match decode_to_frame(e, decode) {
+        Ok(frame) => {
+            r.counters.minflt.fetch_add(1, Relaxed);
+            let mapped = map_loaded(e, c, r, u, &[(page, slot, frame)]);
+            r.counters.zswpin.fetch_add(mapped, Relaxed);
+            charge_pool(e, c);
+            true
+        }
+        Err(DecodeFailed::NoFrame) => {
+            e.threads.wake_kswapd();
+            let _ = r.uffd.wake(r.page_addr(page), PAGE_SIZE);
+            false
+        }
+        Err(DecodeFailed::Corrupt) => {
+            r.counters.swap_csum_fail.fetch_add(1, Relaxed);
+            e.diag.say_compressed_corrupt(slot);
+            crate::fault::poison_page(e, r, u, page, slot);
+            false
+        }
+    }
 }
 
 /// A fault at `page` (swapped to `slot`) of a unit stored whole, where the region
