@@ -1,8 +1,9 @@
-# Sourced by the A/B sittings under docs/bench-data/*/sitting.sh: the build before (A)
-# and after (B) run the same rows alternating, the first of each round rotating, so
-# that both see the same disk and memory state. Each run leaves NAME-ROUND-SIDE.json
-# and .err in the current directory and a line in ./log; `scripts/ab_summ.py` reads
-# them. Set A and B (binaries) before sourcing.
+# Sourced by an A/B sitting's script (kept with its output under target/bench-data/,
+# its commands and medians in the commit body): the build before (A) and after (B) run
+# the same rows alternating, the first of each round rotating, so that both see the
+# same disk and memory state. Each run leaves NAME-ROUND-SIDE.json and .err in the
+# current directory and a line in ./log; `scripts/ab_summ.py` reads them. Set A and B
+# (binaries) before sourcing.
 : "${A:?the build before}" "${B:?the build after}"
 
 # One run: ab_run SIDE NAME bench-args...

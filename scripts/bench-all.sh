@@ -1,20 +1,41 @@
 #!/usr/bin/env bash
-# Runs every benchmark that docs/benchmarks.md reports, in one sitting, and keeps the
-# raw JSON (last line of each command) in $OUT (default docs/bench-data). Needs root
-# (cgroups, kernel swap for --against). Render with scripts/render-benchmarks.py.
+# Runs the benchmarks behind docs/benchmarks.md in one sitting. Raw output (each run's
+# stdout, stderr, JSON report, command line and plot) goes to $OUT, by default
+# target/bench-data/<UTC date and time>/, never into git; the headline of every
+# --against run then goes into docs/bench-results.csv (scripts/render-benchmarks.py
+# collect), the only part kept. Needs root (cgroups, kernel swap for --against).
+#
+#   scripts/bench-all.sh                              # the results table: SECTIONS=results
+#   python3 scripts/render-benchmarks.py table        # the table docs/benchmarks.md shows
+#   SECTIONS="disk units" scripts/bench-all.sh        # other sections (list below)
+#   python3 scripts/render-sitting.py target/bench-data/<sitting>   # their tables
+#
+# DRY_RUN=1 prints the commands without running them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-docs/bench-data}
+OUT=${OUT:-target/bench-data/$(date -u +%Y-%m-%dT%H%M)}
 SIZE=${SIZE:-2G}
 BUDGET=${BUDGET:-256M}
 REPEAT=${REPEAT:-3}
 DUR=${DUR:-10s}
 ASIZE=${ASIZE:-512M}
 ABUDGET=${ABUDGET:-128M}
-mkdir -p "$OUT"
-cargo build --release -q --bin uswap
-U=./target/release/uswap
+CSV=${CSV:-docs/bench-results.csv}
 log() { echo "[$(date +%T)] $*" >&2; }
+U=./target/release/uswap
+if [ -n "${DRY_RUN:-}" ]; then
+  run() { shift; echo "$*"; }
+  fio_run() { echo "fio $*"; }; fio_fresh() { echo "fio (fresh file) $*"; }; fio_rw2() { echo "fio (read + write) $*"; }
+else
+mkdir -p "$OUT"
+cargo build --release -q --bin uswap || exit 1
+# Who, where and what: scripts/render-benchmarks.py collect reads it.
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo "commit: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates || echo +dirty)"
+  echo "machine: $(nproc) CPUs ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)), $(free -g | awk '/^Mem:/ {print $2}') GiB, Linux $(uname -r), swap files on $(df --output=source "${TMPDIR:-/tmp}" | tail -1) ($(df --output=fstype "${TMPDIR:-/tmp}" | tail -1))"
+} > "$OUT/sitting.txt"
+log "raw output in $OUT"
 run() { # name, command...
   local name=$1; shift
   log "$name: $*"
@@ -22,6 +43,7 @@ run() { # name, command...
   local rc=$?
   tail -n 1 "$OUT/$name.out" > "$OUT/$name.json"
   echo "$* (rc=$rc)" > "$OUT/$name.cmd"
+  [ -s "$OUT/$name.err" ] || rm -f "$OUT/$name.err"
   [ $rc = 0 ] || log "  FAILED rc=$rc (see $OUT/$name.err)"
 }
 fio_run() { # name, rw, bs, iodepth
@@ -50,8 +72,24 @@ fio_rw2() { # name: a sequential reader and a sequential writer at once (2 MiB, 
       --name=read --filename="$f" --rw=read --name=write --filename="$g" --rw=write > "$OUT/fio-$1.json" 2>/dev/null
   rm -f "$f" "$g"
 }
-SECTIONS=${SECTIONS:-"disk vm core units readahead against headline faultpath tiers remote checksum integrity runtimes"}
-for s in $SECTIONS; do case $s in
+fi
+SECTIONS=${SECTIONS:-results}
+# results: docs/benchmarks.md's table. Every workload on every tier with no tuning flag,
+# against the kernel's swap file, zswap and zram (those two at equal total memory: the
+# harness adds the kernel's uncharged pool to uswap's budget), alternating, medians.
+RSIZE=${RSIZE:-1G}
+RBUDGET=${RBUDGET:-256M}
+RWORKLOADS=${RWORKLOADS:-"pmbench swap-w-seq swap-w-rand seq-read combined"}
+RTIERS=${RTIERS:-"file compressed compressed+file"}
+RAGAINST=${RAGAINST:-"kernel zswap zram"}
+for s in $SECTIONS; do
+if [ -n "${DRY_RUN:-}" ]; then case $s in vm|remote|checksum) echo "# $s: runs its own tools, not shown in a dry run"; continue ;; esac; fi
+case $s in
+results)
+  for w in $RWORKLOADS; do for t in $RTIERS; do for k in $RAGAINST; do
+    run "results-$w-$t-$k" $U bench $w --size $RSIZE --budget $RBUDGET --tier $t --against $k --repeat $REPEAT --json --plot "$OUT/results-$w-$t-$k.svg"
+  done; done; done
+  ;;
 disk)
   fio_run seqwrite write 2M 4
   fio_run seqread read 2M 4
@@ -195,4 +233,8 @@ runtimes)
   fi
   ;;
 esac; done
-log "done"
+if [ -z "${DRY_RUN:-}" ]; then
+  # The headline of every --against run into the CSV (a run of the same key replaced).
+  python3 scripts/render-benchmarks.py collect "$OUT" --csv "$CSV" || log "nothing collected into $CSV"
+  log "done: raw output in $OUT"
+fi

@@ -1,355 +1,291 @@
 #!/usr/bin/env python3
-"""Render the raw results of scripts/bench-all.sh (docs/bench-data) as markdown tables.
+"""The results table at the top of docs/benchmarks.md, and the CSV it is made from.
 
-Prints to stdout; docs/benchmarks.md includes its output verbatim.
+Raw run output stays out of git: scripts/bench-all.sh writes it under
+target/bench-data/<sitting>/. Only the headline of each `--against` run is kept, one row
+of docs/bench-results.csv per run.
+
+    render-benchmarks.py collect DIR [--csv FILE]
+        Every `uswap bench --against` report (the JSON of `--json`) under DIR becomes a
+        row of FILE. DIR/sitting.txt (written by bench-all.sh) gives the date, commit and
+        machine. A row with the same key (workload, tier, comparator, size, budget,
+        settings) is replaced, so the CSV keeps the latest run of each.
+    render-benchmarks.py table [--csv FILE]
+        Prints the results table (markdown) that docs/benchmarks.md shows.
+
+FILE defaults to docs/bench-results.csv. One sitting's detailed tables (disk, units,
+readahead, ...) come from scripts/render-sitting.py DIR.
 """
+import argparse
+import csv
 import json
 import os
+import statistics
 import sys
 
-D = sys.argv[1] if len(sys.argv) > 1 else "docs/bench-data"
+CSV = "docs/bench-results.csv"
+FIELDS = ["date", "commit", "machine", "workload", "tier", "comparator", "size", "budget",
+          "settings", "defaults", "metric", "uswap", "kernel", "ratio", "runs",
+          "kernel_oom_runs", "equal_memory", "source", "command", "note"]
+KEY = ["workload", "tier", "comparator", "size", "budget", "settings"]
+WORKLOADS = ["pmbench", "swap-w-seq", "swap-w-rand", "seq-read", "combined"]
+TIERS = ["file", "compressed", "compressed+file"]
+COMPARATORS = [("kernel", "kernel swap file"), ("zswap", "zswap + swap file"), ("zram", "zram")]
+# The shape the table is about; runs of another shape say theirs in the cell.
+SHAPE = ("1G", "256M")
+
+# `uswap bench`'s defaults today: a report's command line (every option spelled out)
+# is compared with these, and whatever differs is the run's tuning. Options that did not
+# exist when a run was made are simply absent from its command line.
+DEFAULTS = {
+    "unit": "auto", "readahead": "vma", "ra-stream": "on", "ra-units": "2", "stale-slot": "free",
+    "device": "auto", "fault-threads": "1", "spin-us": "0", "io-poll-us": "0",
+    "own-read-poll-us": "250", "fault-mode": "handler", "data": "mixed", "compressor": "lz4",
+    "incompressible": "store", "read-pct": "80", "threads": "1", "bg-threads": "1",
+}
+FLAGS = {"fill-memcg", "kernel-ssd", "encrypt", "no-checksums"}
+# Not tuning: the measurement's shape and the harness's own bookkeeping.
+SHAPE_OPTS = {"size", "budget", "duration", "seed", "memory", "repeat", "plot", "against",
+              "tier", "swap-file", "swap-size", "max-swap", "cgroup-limit"}
 
 
-def load(name):
-    p = os.path.join(D, name + ".json")
+def iec(n):
+    n = int(float(n))
+    for unit, sh in (("G", 30), ("M", 20), ("K", 10)):
+        if n >= 1 << sh and n % (1 << sh) == 0:
+            return f"{n >> sh}{unit}"
+    return str(n)
+
+
+def parse_command(cmd):
+    """Options of a report's command line: {name: value or True}, and the workload."""
+    toks = cmd.split()
+    opts, workload, i = {}, None, toks.index("bench") + 1 if "bench" in toks else 0
+    while i < len(toks):
+        t = toks[i]
+        if t.startswith("--"):
+            name = t[2:]
+            if i + 1 < len(toks) and not toks[i + 1].startswith("--"):
+                opts[name] = toks[i + 1]
+                i += 2
+                continue
+            opts[name] = True
+        elif workload is None:
+            workload = t
+        i += 1
+    return workload, opts
+
+
+def tuning(opts, tier, comparator):
+    """The options of a run that differ from today's defaults, as a command-line string."""
+    out = []
+    for name, value in opts.items():
+        if name in SHAPE_OPTS or name == "json":
+            continue
+        if name in FLAGS:
+            out.append(f"--{name}")
+        elif name == "compressed-max":
+            default = "50" if tier == "compressed" else "90"
+            if value != default:
+                out.append(f"--{name} {value}")
+        elif name == "kernel-page-cluster":
+            if comparator in ("zswap", "zram") and value != "0":
+                out.append(f"--{name} {value}")
+        elif name in DEFAULTS and value != DEFAULTS[name]:
+            out.append(f"--{name} {value}")
+    return " ".join(sorted(out))
+
+
+def metric_of(workload):
+    return "accesses_per_s" if workload == "pmbench" else "throughput_MBps"
+
+
+def side_values(reports, side, metric):
+    """Every run's value of one side, over reports that each hold one or more runs."""
+    vals = []
+    for r in reports:
+        s = r.get(side) or {}
+        runs = s.get("runs") or []
+        got = [((x.get("bench") or {}).get(metric)) for x in runs if isinstance(x, dict)]
+        got = [v for v in got if v is not None]
+        if got:
+            vals.extend(got)
+        elif (s.get("median") or {}).get(metric) is not None:
+            vals.append(s["median"][metric])
+    return vals
+
+
+def row_of(reports, meta):
+    """One CSV row from the `--against` reports of one comparison: a single report with
+    both sides, or per-side reports (A/B sittings ran each side as its own command)."""
+    # The uswap side's command line carries its tuning (per-side reports differ in it).
+    first = next((r for r in reports if (r.get("uswap") or {}).get("median") and r.get("command")),
+                 next(r for r in reports if r.get("command")))
+    workload, opts = parse_command(first["command"])
+    workload = first.get("workload") or workload
+    tier = opts.get("tier", "file")
+    comparator = first.get("against") or opts.get("against")
+    metric = metric_of(workload)
+    u, k = side_values(reports, "uswap", metric), side_values(reports, "kernel", metric)
+    uk = [r for r in reports if (r.get("uswap") or {}).get("median")]
+    kk = [r for r in reports if (r.get("kernel") or {}).get("median")]
+    # A single report's medians are the harness's; per-side reports: medians of their runs.
+    um = (uk[0]["uswap"]["median"].get(metric) if len(uk) == 1 else
+          statistics.median(u) if u else None)
+    km = (kk[0]["kernel"]["median"].get(metric) if len(kk) == 1 else
+          statistics.median(k) if k else None)
+    oom = sum((r.get("kernel") or {}).get("oom_killed_runs") or 0 for r in kk)
+    settings = tuning(opts, tier, comparator)
+    short = " ".join(x for x in [f"uswap bench {workload}", f"--size {iec(first['size'])}",
+                                 f"--budget {iec(first['budget'])}",
+                                 f"--duration {opts['duration']}" if workload in ("pmbench", "combined", "swap-w-rand") and "duration" in opts else "",
+                                 settings, f"--tier {tier}" if tier != "file" else "",
+                                 f"--against {comparator}", f"--repeat {max(len(u), len(k))}"] if x)
+    return {
+        "date": meta["date"], "commit": meta["commit"], "machine": meta["machine"],
+        "workload": workload, "tier": tier, "comparator": comparator,
+        "size": iec(first["size"]), "budget": iec(first["budget"]),
+        "settings": settings, "defaults": "no" if settings else "yes", "metric": metric,
+        "uswap": "" if um is None else f"{um:.1f}", "kernel": "" if km is None else f"{km:.1f}",
+        "ratio": f"{um / km:.4g}" if um and km else "",
+        "runs": f"{len(u)}/{len(k)}", "kernel_oom_runs": str(oom),
+        "equal_memory": {True: "yes", False: "no", None: ""}[first.get("equal_memory")],
+        "source": meta["source"], "command": short, "note": meta.get("note", ""),
+    }
+
+
+def read_csv(path):
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def write_csv(path, rows):
+    rows = sorted(rows, key=lambda r: (r["date"], r["workload"], r["tier"], r["comparator"]))
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FIELDS, lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+
+
+def merge(path, new):
+    """Add `new` rows to the CSV, each replacing an older row of the same key."""
+    keys = {tuple(r[k] for k in KEY) for r in new}
+    kept = [r for r in read_csv(path) if tuple(r[k] for k in KEY) not in keys]
+    write_csv(path, kept + new)
+
+
+def sitting_meta(d):
+    meta = {}
     try:
-        with open(p) as f:
-            return json.loads(f.read().strip() or "null")
-    except (OSError, ValueError):
-        return None
-
-
-def cmd(name):
-    try:
-        with open(os.path.join(D, name + ".cmd")) as f:
-            return f.read().strip()
+        for line in open(os.path.join(d, "sitting.txt")):
+            k, _, v = line.partition(":")
+            meta[k.strip()] = v.strip()
     except OSError:
-        return "(not run)"
+        pass
+    missing = [k for k in ("date", "commit", "machine") if not meta.get(k)]
+    if missing:
+        sys.exit(f"{d}/sitting.txt lacks {', '.join(missing)} (scripts/bench-all.sh writes it)")
+    return meta
 
 
-def fio(name, rw, job=0):
-    p = os.path.join(D, f"fio-{name}.json")
-    try:
-        j = json.load(open(p))["jobs"][job][rw]
-        return j["bw"] * 1024 / 1e6, j["iops"], j["clat_ns"]["percentile"].get("50.000000", 0) / 1000
-    except (OSError, ValueError, KeyError):
-        return None
-
-
-def f(v, nd=1):
-    return "—" if v is None else f"{v:,.{nd}f}"
-
-
-def n(v):
-    return "—" if v is None else f"{v:,.0f}"
-
-
-def mib(b):
-    return "—" if b is None else f"{b / 2**20:,.0f} MiB"
-
-
-out = []
-w = out.append
-
-w("### The disk (fio, O_DIRECT, io_uring, 2 GiB file, 15 s each, unless said)\n")
-w("| test | bandwidth | IOPS | p50 latency |\n|---|---|---|---|")
-for name, rw, label in [("seqwrite", "write", "sequential write, 2 MiB blocks, QD4"),
-                        ("seqread", "read", "sequential read, 2 MiB blocks, QD4"),
-                        ("randread4k", "read", "random read, 4 KiB, QD1")]:
-    r = fio(name, rw)
-    if r:
-        w(f"| {label} | {r[0]:,.0f} MB/s | {r[1]:,.0f} | {r[2]:,.0f} µs |")
-mr, mw = fio("seqmixed", "read"), fio("seqmixed", "write")
-if mr and mw:
-    w(f"| sequential 50/50 read + write, 2 MiB blocks, QD8 | {mr[0]:,.0f} + {mw[0]:,.0f} MB/s | "
-      f"{mr[1] + mw[1]:,.0f} | {mr[2]:,.0f} / {mw[2]:,.0f} µs |")
-r2r, r2w = fio("seqrw2", "read", 0), fio("seqrw2", "write", 1)
-if r2r and r2w:
-    w(f"| a sequential reader and a sequential writer at once, 2 MiB blocks, QD4 each | "
-      f"{r2r[0]:,.0f} + {r2w[0]:,.0f} MB/s | {r2r[1] + r2w[1]:,.0f} | {r2r[2]:,.0f} / {r2w[2]:,.0f} µs |")
-fr0 = fio("seqwrite-fresh", "write")
-if fr0:
-    w(f"| sequential write, 2 MiB blocks, QD4, one pass over a fresh preallocated 4 GiB file (a new swap file) | "
-      f"{fr0[0]:,.0f} MB/s | {fr0[1]:,.0f} | {fr0[2]:,.0f} µs |")
-w("")
-try:
-    rows = [json.loads(l) for l in open(os.path.join(D, "thp-first-touch.jsonl")) if l.strip()]
-except (OSError, ValueError):
+def collect(d, path):
+    meta = sitting_meta(d)
     rows = []
-if rows:
-    w("First touch of one 2 MiB THP (`scripts/thp-first-touch.c`, MADV_POPULATE_WRITE or memset, "
-      f"{rows[0]['units']} units):\n")
-    w("| case | p50 | p90 |\n|---|---|---|")
-    for x in rows:
-        w(f"| {x['case']} | {x['p50_us']:,.1f} µs | {x['p90_us']:,.1f} µs |")
-    w("")
-
-w("### Core runs: 2 GiB region, 256 MiB budget (issue 2)\n")
-w("| workload | unit | result | verify | peak RSS | same run in a memcg of budget + 64 MiB, no kernel swap |\n|---|---|---|---|---|---|")
-for wl in ["swap-w-seq", "pmbench", "seq-read"]:
-    a, m = load(f"core-{wl}"), load(f"core-{wl}-memcg")
-    if not a:
-        continue
-    res = (f"{f(a.get('accesses_per_s'), 0)} accesses/s, p50 {f(a.get('lat_p50_us'))} µs, p99 {f(a.get('lat_p99_us'))} µs"
-           if wl == "pmbench" else f"{f(a.get('throughput_MBps'), 0)} MB/s")
-    mres = "—"
-    if m:
-        mres = f"verify {m.get('verify')}, peak RSS {mib(m.get('peak_rss_bytes'))}, not OOM-killed"
-    w(f"| {wl} | {a.get('unit')} | {res} | {a.get('verify')} | {mib(a.get('peak_rss_bytes'))} | {mres} |")
-w("")
-
-w("### 2 MiB units vs 4 KiB (issue 3): 2 GiB region, 256 MiB budget\n")
-w("| workload | unit | MB/s | phases (s) | write requests | avg write size | read requests | avg read size | thp_swpout / fallback | thp_swpin | swap_ra_hit / swap_ra | verify |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
-for wl in ["swap-w-seq", "seq-read"]:
-    for u in ["4k", "2m", "2m-ra0", "auto"]:
-        a = load(f"units-{wl}-{u}")
-        if not a:
-            continue
-        ph = " / ".join(f"{p['seconds']:.2f}" for p in a.get("phases") or [] if p.get("measured"))
-        c = a["counters"]
-        wr, rd = c.get("write_requests") or 0, c.get("read_requests") or 0
-        aw = f"{c['pswpout'] * 4 / wr:,.0f} KiB" if wr else "—"
-        ar = f"{c['pswpin'] * 4 / rd:,.0f} KiB" if rd else "—"
-        label = "2m, --ra-units 0" if u == "2m-ra0" else u
-        w(f"| {wl} | {label} | {f(a.get('throughput_MBps'), 0)} | {ph} | {wr:,} | {aw} | {rd:,} | {ar} | "
-          f"{c.get('thp_swpout')} / {c.get('thp_swpout_fallback')} | {c.get('thp_swpin')} | "
-          f"{c.get('swap_ra_hit')} / {c.get('swap_ra')} | {a.get('verify')} |")
-w("")
-
-# Issue 3's target: 2 MiB units against the disk measured before and after the runs.
-fw = [r for r in (fio("seqwrite-before", "write"), fio("seqwrite-after", "write")) if r]
-fr = [r for r in (fio("seqread-before", "read"), fio("seqread-after", "read")) if r]
-ff = [r for r in (fio("seqwrite-fresh-before", "write"), fio("seqwrite-fresh-after", "write")) if r]
-if fw and fr:
-    disk_w = sum(r[0] for r in fw) / len(fw)
-    disk_r = sum(r[0] for r in fr) / len(fr)
-    disk_f = sum(r[0] for r in ff) / len(ff) if ff else None
-    w("### Issue 3's target: `--unit 2m` against the disk's own bandwidth\n")
-    w(f"fio right before and after these runs (2 MiB blocks, QD4, O_DIRECT): sequential write "
-      f"{' / '.join(f'{r[0]:,.0f}' for r in fw)} MB/s (mean {disk_w:,.0f}), sequential read "
-      f"{' / '.join(f'{r[0]:,.0f}' for r in fr)} MB/s (mean {disk_r:,.0f})"
-      + (f"; sequential write in one pass over a fresh preallocated file (what uswap's swap file is): "
-         f"{' / '.join(f'{r[0]:,.0f}' for r in ff)} MB/s (mean {disk_f:,.0f})" if ff else "")
-      + ". Budget 256 MiB.\n")
-    w("| workload | region | runs | MB/s median (min–max) | % of the disk | % of a fresh file's write | pass 1 / pass 2 s (medians) | verify |\n|---|---|---|---|---|---|---|---|")
-    for wl, disk in [("swap-w-seq", disk_w), ("seq-read", disk_r)]:
-        for size, k in [("2G", 5), ("4G", 3)]:
-            rs = [load(f"headline-{wl}-{size}-{i}") for i in range(1, k + 1)]
-            rs = [r for r in rs if r]
-            if not rs:
+    for root, _, files in sorted(os.walk(d)):
+        for name in sorted(files):
+            if not name.endswith(".json"):
                 continue
-            v = sorted(r["throughput_MBps"] for r in rs)
-            med = v[len(v) // 2]
-            p = [sorted(ph["seconds"] for ph in
-                        [[q for q in r["phases"] if q.get("measured")][j] for r in rs])[len(rs) // 2]
-                 for j in range(2)]
-            ok = "ok" if all(r.get("verify") == "ok" for r in rs) else "FAILED"
-            w(f"| {wl} | {size.replace('G', ' GiB')} | {len(rs)} | {med:,.0f} ({v[0]:,.0f}–{v[-1]:,.0f}) | "
-              f"{100 * med / disk:.0f}% of {'write' if wl == 'swap-w-seq' else 'read'} | "
-              f"{f'{100 * med / disk_f:.0f}%' if disk_f and wl == 'swap-w-seq' else '—'} | {p[0]:.2f} / {p[1]:.2f} | {ok} |")
-    w("")
-
-w("### Readahead (issue 4): 1 GiB region, 256 MiB budget, 4 KiB units\n")
-w("Combined test (seed 004's shape): one thread reads and rewrites region A sequentially, pass after pass, "
-  "while one thread writes random pages of region B (512 MiB); 20 s.\n")
-w("| policy | seq MB/s | avg | p50 | p60 | p70 | p80 | p90 | p95 | p99 | ra_hit% seq | ra_hit% background | verify |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-for ra in ["vma", "cluster"]:
-    a = load(f"ra-combined-{ra}")
-    if not a:
-        continue
-    w(f"| {ra} | {f(a.get('throughput_MBps'))} | {f(a.get('lat_avg_us'))} µs | " +
-      " | ".join(f"{f(a.get(k))}" for k in ["lat_p50_us", "lat_p60_us", "lat_p70_us", "lat_p80_us", "lat_p90_us", "lat_p95_us", "lat_p99_us"]) +
-      f" | {f(a.get('ra_hit_pct_seq'), 2)} | {f(a.get('ra_hit_pct_bg'), 2)} | {a.get('verify')} |")
-w("")
-w("seq-read with readahead on and off (read phase only; faults per MiB read = (majflt + minflt) / MiB):\n")
-w("| readahead | swap-in MB/s | faults per MiB | major faults per MiB | ra_hit% | verify |\n|---|---|---|---|---|---|")
-for name, label in [("ra-seq-read-off", "off"), ("ra-seq-read-vma", "vma (kernel window, max 8 pages)"),
-                    ("ra-seq-read-vma-stream", "vma + stream growth to 512 pages")]:
-    a = load(name)
-    if not a:
-        continue
-    c = a.get("counters_measured") or a["counters"]
-    mib_read = 2 * a["size"] / 2**20
-    w(f"| {label} | {f(a.get('swapin_MBps'))} | {(c['majflt'] + c['minflt']) / mib_read:,.0f} | {c['majflt'] / mib_read:,.1f} | "
-      f"{f(a.get('ra_hit_pct'), 2)} | {a.get('verify')} |")
-w("")
-
-w("### Side by side with kernel swap (issue 5): 512 MiB region, 128 MiB budget, medians of 3 alternating runs\n")
-w("Kernel: plain anonymous memory in a memcg of budget + 64 MiB with a swap file on the same ext4 "
-  "(or zram); uswap: the same workload in a memcg of the same limit, kernel swap off.\n")
-w("| backend | unit | workload | kernel | uswap | uswap/kernel | kernel pswpout / thp_swpout / swap_ra_hit | plot |\n|---|---|---|---|---|---|---|---|")
-ALL = ["swap-w-seq", "swap-w-rand", "pmbench", "seq-read", "combined"]
-for back, units, wls in [("kernel", ["4k", "2m"], ALL),
-                         ("kernelssd", ["4k", "2m"], ["swap-w-seq"]),
-                         ("zram", ["4k", "2m"], ALL)]:
-    for u in units:
-        for wl in wls:
-            name = f"against-{back}-{u}-{wl}"
-            a = load(name)
-            if not a:
+            p = os.path.join(root, name)
+            try:
+                with open(p) as f:
+                    text = f.read().strip().splitlines()
+                rep = json.loads(text[-1]) if text else None
+            except (OSError, ValueError):
                 continue
-            k, us = a.get("kernel", {}), a.get("uswap", {})
-            km, um = k.get("median", k), us.get("median", us)
-            key = "accesses_per_s" if wl == "pmbench" else "throughput_MBps"
-            kv, uv = km.get(key), um.get(key)
-            ratio = (uv / kv) if kv and uv else None
-            unit_label = "accesses/s" if wl == "pmbench" else "MB/s"
-            vm = k.get("counters_median") or {}
-            blabel = {"kernel": "swap file", "kernelssd": "swap file, kernel in SSD mode", "zram": "zram"}[back]
-            killed = k.get("oom_killed_runs") or 0
-            kcell = f"{f(kv, 0)} {unit_label}" if kv is not None else "—"
-            if killed:
-                kcell += f" (OOM-killed in {killed} of {a.get('repeat')} runs)"
-            wlabel = "combined (sequential region)" if wl == "combined" else wl
-            w(f"| {blabel} | {u} | {wlabel} | {kcell} | {f(uv, 0)} {unit_label} | "
-              f"{f(ratio, 2)}× | {n(vm.get('pswpout'))} / {n(vm.get('thp_swpout'))} / {n(vm.get('swap_ra_hit'))} | "
-              f"[png](bench-data/{name}.png) |")
-w("")
+            if not (isinstance(rep, dict) and rep.get("against") and "kernel" in rep):
+                continue
+            if not ((rep.get("kernel") or {}).get("median") and (rep.get("uswap") or {}).get("median")):
+                print(f"{p}: one side has no result; not collected", file=sys.stderr)
+                continue
+            rows.append(row_of([rep], dict(meta, source=os.path.relpath(p, d))))
+    if not rows:
+        sys.exit(f"no --against report with both sides under {d}")
+    merge(path, rows)
+    print(f"{len(rows)} rows into {path}", file=sys.stderr)
 
 
-def med(xs):
-    xs = sorted(x for x in xs if x is not None)
-    return xs[len(xs) // 2] if xs else None
+def fmt(v, metric):
+    v = float(v)
+    return f"{v:,.0f}" if metric == "accesses_per_s" or v >= 100 else f"{v:,.1f}"
 
 
-def runs(prefix, k=3):
-    return [r for r in (load(f"{prefix}-{i}") for i in range(1, k + 1)) if r]
+def cell(rows):
+    if not rows:
+        return "not measured"
+
+    def text(r):
+        unit = "accesses/s" if r["metric"] == "accesses_per_s" else "MB/s"
+        extra = []
+        if (r["size"], r["budget"]) != SHAPE:
+            extra.append(f"{r['size']} / {r['budget']}")
+        if r["comparator"] != "kernel" and r["equal_memory"] != "yes":
+            extra.append("not equal memory")
+        if r["kernel_oom_runs"] not in ("", "0"):
+            extra.append(f"the harness's \"kernel OOM-killed in {r['kernel_oom_runs']} run(s)\": "
+                         "withdrawn pending re-measurement, issue 47 item 6")
+        if not r["ratio"]:
+            ratio = "—"
+        else:
+            x = float(r["ratio"])
+            ratio = f"{x:.2f}×" if x >= 0.1 else f"{x:.2g}×"
+        return (f"{ratio} ({fmt(r['uswap'], r['metric'])} / {fmt(r['kernel'], r['metric'])} {unit}"
+                f"; runs {r['runs']}; {r['commit']}, {r['date'][:10]}" + "".join(f"; {e}" for e in extra) + ")")
+
+    dflt = [r for r in rows if r["defaults"] == "yes"]
+    if dflt:
+        return "**" + text(max(dflt, key=lambda r: r["date"])).replace(" (", "** (", 1)
+    # The runs closest to the defaults (fewest tuning options), of their latest date.
+    def ntune(r):
+        return sum(1 for x in r["settings"].split() if x.startswith("--"))
+    fewest = min(ntune(r) for r in rows)
+    near = [r for r in rows if ntune(r) == fewest]
+    day = max(r["date"][:10] for r in near)
+    shown = sorted((r for r in near if r["date"][:10] == day), key=lambda r: (r["settings"], r["date"]))
+    latest = max(rows, key=lambda r: r["date"])["commit"]
+    return f"not measured with defaults since {latest}; " + "; ".join(
+        f"with `{r['settings']}`: {text(r)}" for r in {r["settings"]: r for r in shown}.values())
 
 
-def verify_all(rs):
-    return "ok" if rs and all(r.get("verify") == "ok" for r in rs) else ("—" if not rs else "FAILED")
+def table(path):
+    rows = read_csv(path)
+    if not rows:
+        sys.exit(f"{path}: no rows (collect a sitting first)")
+    out = ["| workload | tier | " + " | ".join(f"against {label}" for _, label in COMPARATORS) + " |",
+           "|---|---|" + "---|" * len(COMPARATORS)]
+    for w in WORKLOADS:
+        for t in TIERS:
+            cells = [cell([r for r in rows if (r["workload"], r["tier"], r["comparator"]) == (w, t, c)])
+                     for c, _ in COMPARATORS]
+            out.append(f"| {w} | {t} | " + " | ".join(cells) + " |")
+    print("\n".join(out))
 
 
-def against_row(name, label, key):
-    a = load(name)
-    if not a:
-        return None
-    k, us = a.get("kernel", {}), a.get("uswap", {})
-    km, um = k.get("median", {}), us.get("median", {})
-    kv, uv = km.get(key), um.get(key)
-    ratio = (uv / kv) if kv and uv else None
-    killed = k.get("oom_killed_runs") or 0
-    kcell = f(kv, 0) + (f" (OOM-killed {killed}×)" if killed else "")
-    lat = ""
-    if key == "accesses_per_s":
-        lat = (f" | {f(km.get('lat_p50_us'))} / {f(um.get('lat_p50_us'))} µs"
-               f" | {f(km.get('lat_p99_us'))} / {f(um.get('lat_p99_us'))} µs")
-    return (f"| {label} | {kcell} | {f(uv, 0)} | **{f(ratio, 2)}×**{lat} | "
-            f"{f(km.get('memcg_peak_MiB'), 0)} / {f(um.get('memcg_peak_MiB'), 0)} MiB | [png](bench-data/{name}.png) |")
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("collect", help="add a sitting's --against reports to the CSV")
+    c.add_argument("dir")
+    c.add_argument("--csv", default=CSV)
+    t = sub.add_parser("table", help="print the results table")
+    t.add_argument("--csv", default=CSV)
+    a = ap.parse_args()
+    if a.cmd == "collect":
+        collect(a.dir, a.csv)
+    else:
+        table(a.csv)
 
 
-fl = {m: runs(f"fl-{m}") for m in ["handler", "poll50", "inthread"]}
-if any(fl.values()):
-    w("### The fault path (issue 18): what one 4 KiB fault costs\n")
-    w("`uswap bench fault-latency --size 512M --budget 128M` (4 KiB units): faults on pages swapped "
-      "to the file, swap-cache hits, and O_DIRECT 4 KiB preads of the same disk, interleaved in one "
-      "run; medians over 3 alternating runs of each run's p50 / p99.\n")
-    w("| fault path | major fault p50 / p99 | pread p50 / p99 | major − pread (p50) | swap-cache hit p50 | verify |\n|---|---|---|---|---|---|")
-    for m, label in [("handler", "handler thread, blocks in io_uring_enter (default)"),
-                     ("poll50", "handler thread, polls its completion queue ≤ 50 µs (`--io-poll-us 50`)"),
-                     ("inthread", "the faulting thread itself (`--fault-mode in-thread`, SIGBUS)")]:
-        rs = fl[m]
-        if not rs:
-            continue
-        g = lambda part, q: med([r[part][q] for r in rs])
-        w(f"| {label} | {f(g('major_fault', 'p50_us'))} / {f(g('major_fault', 'p99_us'))} µs | "
-          f"{f(g('pread', 'p50_us'))} / {f(g('pread', 'p99_us'))} µs | "
-          f"{f(med([r['major_minus_pread_p50_us'] for r in rs]))} µs | "
-          f"{f(g('swapcache_hit', 'p50_us')) if g('swapcache_hit', 'n') else '—'} µs | {verify_all(rs)} |")
-    w("")
-fm = {m: runs(f"fp-mode-{m}") for m in ["handler", "poll50", "inthread"]}
-if any(fm.values()):
-    w("pmbench 80/20, 1 GiB / 256 MiB, 4 KiB units, 1 thread, uswap alone, the three paths alternating "
-      "(medians of 3):\n")
-    w("| fault path | accesses/s | p50 | p99 | verify |\n|---|---|---|---|---|")
-    for m, label in [("handler", "handler (default)"), ("poll50", "handler + `--io-poll-us 50`"),
-                     ("inthread", "`--fault-mode in-thread`")]:
-        rs = fm[m]
-        if rs:
-            w(f"| {label} | {n(med([r['accesses_per_s'] for r in rs]))} | {f(med([r['lat_p50_us'] for r in rs]))} µs | "
-              f"{f(med([r['lat_p99_us'] for r in rs]))} µs | {verify_all(rs)} |")
-    w("")
-rows = [against_row(f"fp-pmbench-{sz}-t{t}", f"pmbench 80/20, {sz.replace('G', ' GiB')} / {bg}, {t} thread{'s' if t > 1 else ''}",
-                    "accesses_per_s") for sz, bg in [("2G", "512 MiB"), ("1G", "256 MiB")] for t in [1, 4]]
-rows.append(against_row("fp-pmbench-1G-t1-inthread", "pmbench 80/20, 1 GiB / 256 MiB, 1 thread, `--fault-mode in-thread`", "accesses_per_s"))
-rows = [r for r in rows if r]
-if rows:
-    w("Against the kernel's swap file (same disk, same memcg limit = budget + 64 MiB, medians of 3 "
-      "alternating runs per side; kernel / uswap):\n")
-    w("| workload | kernel accesses/s | uswap accesses/s | uswap/kernel | p50 kernel / uswap | p99 kernel / uswap | memcg peak | plot |\n|---|---|---|---|---|---|---|---|")
-    out.extend(rows)
-    w("")
-rows = [against_row(nm, lb, "throughput_MBps") for nm, lb in
-        [("fp-seq-read-4k", "seq-read, `--unit 4k`, 1 GiB / 256 MiB"),
-         ("fp-swap-w-seq-4k", "swap-w-seq, `--unit 4k`, 1 GiB / 256 MiB"),
-         ("fp-swap-w-seq-2m", "swap-w-seq, `--unit 2m`, 1 GiB / 256 MiB")]]
-rows = [r for r in rows if r]
-if rows:
-    w("| workload | kernel MB/s | uswap MB/s | uswap/kernel | memcg peak | plot |\n|---|---|---|---|---|---|")
-    out.extend(rows)
-    w("")
-
-rows = [against_row(f"tiers-pmbench-{t}-{b}", f"{t} against {b}", "accesses_per_s")
-        for t, b in [("file", "zswap"), ("compressed+file", "zswap"), ("compressed", "zram"), ("compressed+file", "zram")]]
-rows = [r for r in rows if r]
-if rows:
-    w("### Tiers (issue 12): compressed RAM against zswap and zram\n")
-    w("pmbench 80/20, 1 GiB / 256 MiB, 4 KiB units, `--data mixed`, medians of 3 alternating runs per side. "
-      "The compressed pool is inside uswap's budget; see the run's header in the `.err` file for how the "
-      "kernel side's zram memory was counted.\n")
-    w("| uswap tier against kernel | kernel accesses/s | uswap accesses/s | uswap/kernel | p50 kernel / uswap | p99 kernel / uswap | memcg peak | plot |\n|---|---|---|---|---|---|---|---|")
-    out.extend(rows)
-    w("")
-tw = {t: runs(f"tiers-swap-w-seq-2m-{t}") for t in ["file", "compressed+file"]}
-if any(tw.values()):
-    w("swap-w-seq, `--unit 2m`, 1 GiB / 256 MiB, `--data mixed`, alternating, medians of 3 "
-      "(disk writes = pswpout × 4 KiB):\n")
-    w("| tier | MB/s | written to disk | zswpout / zswpwb | verify |\n|---|---|---|---|---|")
-    for t, rs in tw.items():
-        if rs:
-            c = lambda k: med([(r.get("counters") or {}).get(k) for r in rs])
-            w(f"| {t} | {n(med([r['throughput_MBps'] for r in rs]))} | {mib((c('pswpout') or 0) * 4096)} | "
-              f"{n(c('zswpout'))} / {n(c('zswpwb'))} | {verify_all(rs)} |")
-    w("")
-
-rf, rw_, rp, ff = runs("remote-fl"), runs("remote-swap-w-seq-2m"), runs("remote-pmbench"), runs("file-fl")
-if rf or rw_ or rp:
-    w("### Remote tier (issue 14): a local Redis Cluster\n")
-    try:
-        nodes = open(os.path.join(D, "remote-cluster.txt")).read().split()
-    except OSError:
-        nodes = []
-    w(f"3 primaries + 3 replicas (`scripts/redis-cluster.sh start`), on loopback of the same VM "
-      f"({len(nodes)} nodes: {', '.join(nodes)}); medians of 3 alternating runs.\n")
-    w("| workload | remote | file tier (same sitting) | verify |\n|---|---|---|---|")
-    if rf:
-        g = lambda rs, q: med([r["major_fault"][q] for r in rs])
-        w(f"| fault-latency, 4 KiB major fault p50 / p99 (256 MiB / 64 MiB) | {f(g(rf, 'p50_us'))} / {f(g(rf, 'p99_us'))} µs | "
-          f"{f(g(ff, 'p50_us')) if ff else '—'} / {f(g(ff, 'p99_us')) if ff else '—'} µs | {verify_all(rf)} |")
-    if rw_:
-        w(f"| swap-w-seq `--unit 2m`, 1 GiB / 256 MiB | {n(med([r['throughput_MBps'] for r in rw_]))} MB/s | — | {verify_all(rw_)} |")
-    if rp:
-        w(f"| pmbench 80/20, 1 GiB / 256 MiB | {n(med([r['accesses_per_s'] for r in rp]))} accesses/s, p50 "
-          f"{f(med([r['lat_p50_us'] for r in rp]))} µs | — | {verify_all(rp)} |")
-    w("")
-
-ig = [(wl, lab, key) for wl, lab, key in [("swap-w-seq-2m", "swap-w-seq `--unit 2m`", "throughput_MBps"),
-                                          ("pmbench-4k", "pmbench 80/20 `--unit 4k`", "accesses_per_s"),
-                                          ("seq-read-2m", "seq-read `--unit 2m`", "throughput_MBps")]]
-if any(runs(f"int-{wl}-plain") for wl, _, _ in ig):
-    w("### Integrity (issue 17): encryption at rest\n")
-    w("1 GiB / 256 MiB, alternating plain / `--encrypt`, medians of 3 (checksums are on in both).\n")
-    w("| workload | plain | `--encrypt` | encrypted / plain | verify |\n|---|---|---|---|---|")
-    for wl, lab, key in ig:
-        a, b = runs(f"int-{wl}-plain"), runs(f"int-{wl}-enc")
-        va, vb = med([r.get(key) for r in a]), med([r.get(key) for r in b])
-        w(f"| {lab} | {n(va)} | {n(vb)} | {f(vb / va if va and vb else None, 2)}× | {verify_all(a + b)} |")
-    w("")
-
-for name, label in [("run-node-bufs", "Node.js, 1,024 Buffers of 1 MiB (`crates/uswap-cli/tests/progs/bufs.js`), `uswap run --budget 256M`"),
-                    ("run-numpy-4x", "NumPy, an int64 array 4× the budget (`python/bench/numpy_4x.py --budget 256M`)")]:
-    a = load(name)
-    if a:
-        w(f"- {label}: `{cmd(name)}` → `{json.dumps(a.get('ratio', a.get('ratios')))}` (full JSON in bench-data/{name}.json)")
-w("")
-print("\n".join(out))
+if __name__ == "__main__":
+    main()
