@@ -1,1 +1,0 @@
-/tmp/bins/uswap-47d771c bench pmbench --size 1G --budget 256M --unit 4k --tier compressed --fault-mode in-thread --against zram --repeat 3 --duration 5s

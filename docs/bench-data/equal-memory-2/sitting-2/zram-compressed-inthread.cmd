@@ -1,1 +1,0 @@
-/tmp/bins/uswap-709a70b bench pmbench --size 1G --budget 256M --unit 4k --tier compressed --fault-mode in-thread --against zram --repeat 3 --duration 5s --plot /tmp/equal-memory-2/sitting-2/zram-compressed-inthread.png

@@ -1,1 +1,0 @@
-/tmp/bins/uswap-noahead bench pmbench --size 1G --budget 256M --unit 4k --tier compressed --fault-mode in-thread --against zram --repeat 3 --duration 5s --plot /tmp/equal-memory-3/sitting-1/zram-compressed-inthread.png

@@ -1,1 +1,0 @@
-/tmp/bins/uswap-noahead bench pmbench --size 1G --budget 256M --unit 4k --tier compressed+file --fault-mode in-thread --against zswap --repeat 3 --duration 5s --plot /tmp/equal-memory-3/sitting-1/zswap-compressedfile-inthread.png

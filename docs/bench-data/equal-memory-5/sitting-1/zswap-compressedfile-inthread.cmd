@@ -1,1 +1,0 @@
-/tmp/s/uswap-new bench pmbench --size 1G --budget 256M --unit 4k --fault-mode in-thread --repeat 3 --duration 5s --tier compressed+file --against zswap --plot /work/main/docs/bench-data/equal-memory-5/sitting-1/zswap-compressedfile-inthread.png

@@ -1,1 +1,0 @@
-/tmp/uswap-pc bench pmbench --size 1G --budget 256M --unit 4k --fault-mode in-thread --duration 5s --repeat 3 --tier compressed --against zram --plot /work/main/docs/bench-data/equal-memory-6/sitting-1/zram-compressed-inthread.png

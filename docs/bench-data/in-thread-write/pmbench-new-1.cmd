@@ -1,2 +1,0 @@
-uswap bench pmbench --size 1G --budget 256M --unit 4k --fault-mode in-thread --duration 5s --json   (new build)
-2026-11-24T07:46:44Z

@@ -1,9 +1,0 @@
-. /work/main/scripts/ab-sitting.sh
-for i in 1 2 3; do
-  ab_pair "$i" pm-cf-513 pmbench --size 1G --budget 537919488 --unit 4k --duration 5s --tier compressed+file --fault-mode in-thread
-  ab_pair "$i" pm-cf-256 pmbench --size 1G --budget 256M --unit 4k --duration 5s --tier compressed+file
-  ab_pair "$i" pm-cf-256-it pmbench --size 1G --budget 256M --unit 4k --duration 5s --tier compressed+file --fault-mode in-thread
-  ab_pair "$i" sws-cf swap-w-seq --size 1G --budget 256M --unit 2m --tier compressed+file
-  ab_pair "$i" sr-cf seq-read --size 1G --budget 256M --unit 2m --tier compressed+file
-done
-echo done >> log

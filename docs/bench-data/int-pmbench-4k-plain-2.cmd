@@ -1,1 +1,0 @@
-./target/release/uswap bench pmbench --size 1G --budget 256M --unit 4k --duration 5s --json (rc=0)

@@ -1,1 +1,0 @@
-./target/release/uswap bench seq-read --size 1G --budget 256M --unit 2m --json (rc=0)

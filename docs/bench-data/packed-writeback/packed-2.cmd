@@ -1,1 +1,0 @@
- /tmp/uswap-packed bench swap-w-seq --size 1G --budget 256M --unit 2m --tier compressed+file --json

@@ -1,1 +1,0 @@
- /tmp/rz/uswap-base bench swap-w-seq --size 1G --budget 256M --unit 2m --tier remote --remote redis://127.0.0.1:22500 --json

@@ -1,1 +1,0 @@
-./target/release/uswap bench pmbench --size 1G --budget 256M --unit 4k --duration 5s --tier remote --remote redis://127.0.0.1:22500,redis://127.0.0.1:22501,redis://127.0.0.1:22502,redis://127.0.0.1:22503,redis://127.0.0.1:22504,redis://127.0.0.1:22505 --json (rc=0)

@@ -1,1 +1,0 @@
-./target/release/uswap bench pmbench --size 1G --budget 256M --unit 4k --duration 5s --data mixed --tier compressed+file --against zswap --repeat 3 --json --plot docs/bench-data/tiers-pmbench-compressed+file-zswap.png (rc=0)

@@ -1,1 +1,0 @@
-./target/release/uswap bench swap-w-seq --size 1G --budget 256M --unit 2m --data mixed --tier compressed+file --json (rc=0)

@@ -1,1 +1,0 @@
-USWAP_WARM_FRAMES=0 uswap bench fault-latency --size 256M --budget 64M --tier remote --remote redis://127.0.0.1:22500 --fault-mode in-thread --json

@@ -1,2 +1,0 @@
-USWAP_WARM_FRAMES=0 uswap bench pmbench --size 1G --budget 256M --unit 4k --tier compressed --fault-mode in-thread --against zram --repeat 3 --duration 5s --json --plot zram-compressed-inthread-warm0.png
-2026-11-24T06:00:11Z
