@@ -309,6 +309,8 @@ pub struct RegionInner {
     pub last_whole_unit: std::sync::atomic::AtomicU64,
     /// Whether whole units pay here (`UnitPolicy::Auto`'s evidence, from faults).
     pub(crate) unit_trend: crate::unit::UnitTrend,
+    /// Whether pages swapped in by reads are written next (`fault::WriteTrend`).
+    pub(crate) write_trend: crate::fault::WriteTrend,
     /// The page after the last one mapped from the swap cache: a hit there is a
     /// stream, which fault-around serves (`fault/swapin.rs`).
     pub cache_hit_next: std::sync::atomic::AtomicU64,
@@ -348,6 +350,7 @@ impl RegionInner {
             metadata_bytes,
             last_whole_unit: std::sync::atomic::AtomicU64::new(u64::MAX),
             unit_trend: Default::default(),
+            write_trend: Default::default(),
             cache_hit_next: std::sync::atomic::AtomicU64::new(u64::MAX),
             around_win: std::sync::atomic::AtomicU32::new(0),
         }

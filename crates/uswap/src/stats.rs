@@ -173,6 +173,10 @@ counters! {
     workingset_refault,
     /// Write-protect faults (first write to a clean page).
     wpflt,
+    /// Pages swapped in by a read and mapped dirty (writable, their slots stale) at
+    /// once, because the region's reads were being followed by writes
+    /// (`fault::WriteTrend`): write-protect faults not taken.
+    swpin_mapped_dirty,
     /// Slots freed because their copy went stale (seed 001).
     stale_slot_freed,
     /// Clean pages evicted without a write.

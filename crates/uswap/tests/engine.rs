@@ -729,3 +729,93 @@ fn watchdog_fails_a_hung_test_with_a_report() {
         }
     });
 }
+
+/// Random reads each followed by a write of the same page (sort, an in-place update):
+/// once write-protect faults on pages swapped in clean outnumber such pages evicted
+/// still clean, reads map swapped-in pages dirty, and the writes take no
+/// write-protect fault (a round trip) each. A read-only pass after it turns that off
+/// again: its pages are mapped clean and leave without a write. Every byte exact.
+#[test]
+fn reads_followed_by_writes_map_swap_ins_dirty() {
+    with_deadline(240, |t| {
+        let p = pool(t, 16 * MIB);
+        let r = p
+            .region_with(
+                64 * MIB,
+                RegionOptions {
+                    readahead: Some(ReadaheadPolicy::Off),
+                    unit: Some(UnitPolicy::Small),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        let words = r.as_words();
+        let per_page = PAGE_SIZE / 8;
+        let pages = words.len() / per_page;
+        let mut version = vec![0u64; pages];
+        let value = |v: u64, i: usize| mix((v << 40) ^ i as u64);
+        for (i, w) in words.iter().enumerate() {
+            w.store(value(0, i), Relaxed);
+        }
+        let read_page = |pg: usize, v: u64| {
+            let first = pg * per_page;
+            for (i, w) in words[first..first + per_page].iter().enumerate() {
+                let i = first + i;
+                assert_eq!(
+                    w.load(Relaxed),
+                    value(v, i),
+                    "word {i} of page {pg} (version {v})"
+                );
+            }
+        };
+        let mut k = 0u64;
+        let mut next_page = || {
+            k += 1;
+            (mix(k ^ 0x5eed) % pages as u64) as usize
+        };
+        let before = r.counters();
+        for _ in 0..6000 {
+            let pg = next_page();
+            read_page(pg, version[pg]);
+            version[pg] += 1;
+            let first = pg * per_page;
+            for (i, w) in words[first..first + per_page].iter().enumerate() {
+                w.store(value(version[pg], first + i), Relaxed);
+            }
+        }
+        let c = r.counters();
+        let (wp, dirty) = (
+            c.wpflt - before.wpflt,
+            c.swpin_mapped_dirty - before.swpin_mapped_dirty,
+        );
+        assert!(
+            dirty > 2000 && wp * 4 < dirty,
+            "6000 random reads each followed by a write: {wp} write-protect faults, \
+             {dirty} swap-ins mapped dirty: {c:?}"
+        );
+        // Read only: after a warm-up (the 4,096 pages the budget holds turned over,
+        // for evictions to show that the reads' pages stay clean), swap-ins are mapped
+        // clean and leave clean.
+        for _ in 0..6000 {
+            let pg = next_page();
+            read_page(pg, version[pg]);
+        }
+        let before = r.counters();
+        for _ in 0..4000 {
+            let pg = next_page();
+            read_page(pg, version[pg]);
+        }
+        let c = r.counters();
+        let (dirty, clean) = (
+            c.swpin_mapped_dirty - before.swpin_mapped_dirty,
+            c.clean_evicted - before.clean_evicted,
+        );
+        assert!(
+            dirty < 400 && clean > 1000,
+            "4000 random reads: {dirty} swap-ins mapped dirty, {clean} evicted clean: {c:?}"
+        );
+        for (pg, &v) in version.iter().enumerate() {
+            read_page(pg, v);
+        }
+    });
+}

@@ -291,6 +291,9 @@ fn fault(e: &Engine, r: &Arc<RegionInner>, page: u64, write: bool) -> bool {
         }
         PageState::Resident { dirty: false, slot } if present() => {
             // A write to a clean page: it becomes dirty, its slot stale.
+            if slot.is_some() {
+                r.write_trend.written_after_read();
+            }
             let slot = slot.and_then(|s| super::stale_slot_of(e, r, s));
             u.set(i, PageState::Resident { dirty: true, slot });
             r.counters.wpflt.fetch_add(1, Relaxed);

@@ -336,7 +336,73 @@ pub(crate) fn map_from_frames(
     copies: &[(Slot, usize)],
     dirty: bool,
 ) {
+    let dirty = dirty || r.write_trend.maps_reads_dirty(&r.counters, copies.len());
     map_copies(e, r, u, page, copies, dirty, IfUnmapped::Cache);
+}
+
+/// How far [`WriteTrend`]'s score goes either way.
+const WRITE_TREND_LIMIT: i32 = 64;
+
+/// While reads are mapped dirty, one read in this many is still mapped clean, so that
+/// the score keeps seeing whether it is written.
+const WRITE_TREND_PROBE: u32 = 16;
+
+/// Whether a region's pages swapped in by a read are written soon after (sort, a hash
+/// table updated in place). Mapped clean (write-protected, the slot kept), such a page
+/// takes a write-protect fault, a userfaultfd round trip, to become writable. The
+/// kernel maps a read swap-in writable and learns from the dirty bit at reclaim
+/// whether it was written; user space cannot read that bit. So the region scores
+/// what it sees: +1 for a write-protect fault on a page swapped in clean, -1 for such
+/// a page evicted still clean (its copy on swap saved a write). While the score is
+/// positive, reads map swapped-in pages dirty, as writes do (their slots stale), which
+/// costs a write at eviction for a page that was only read: one of the background
+/// writes eviction batches, against a round trip that stops the program.
+#[derive(Default)]
+pub(crate) struct WriteTrend {
+    score: std::sync::atomic::AtomicI32,
+    reads: std::sync::atomic::AtomicU32,
+}
+
+impl WriteTrend {
+    /// A write-protect fault on a page swapped in clean.
+    pub(crate) fn written_after_read(&self) {
+        self.step(1);
+    }
+
+    /// `n` pages swapped in clean were evicted without a write.
+    pub(crate) fn evicted_clean(&self, n: u64) {
+        if n > 0 {
+            self.step(-(n.min(WRITE_TREND_LIMIT as u64) as i32));
+        }
+    }
+
+    /// Moves the score by `by` pages' evidence. While reads map dirty, the pages seen
+    /// are the probes, each standing for `WRITE_TREND_PROBE` reads.
+    fn step(&self, by: i32) {
+        let _ = self.score.fetch_update(Relaxed, Relaxed, |s| {
+            let weight = if s > 0 { WRITE_TREND_PROBE as i32 } else { 1 };
+            Some((s + by * weight).clamp(-WRITE_TREND_LIMIT, WRITE_TREND_LIMIT))
+        });
+    }
+
+    /// Whether a read fault maps the `n` copies it swapped in dirty; counted as
+    /// `swpin_mapped_dirty`.
+    pub(crate) fn maps_reads_dirty(
+        &self,
+        counters: &crate::stats::EventCounters,
+        n: usize,
+    ) -> bool {
+        if self.score.load(Relaxed) <= 0
+            || self
+                .reads
+                .fetch_add(1, Relaxed)
+                .is_multiple_of(WRITE_TREND_PROBE)
+        {
+            return false;
+        }
+        counters.swpin_mapped_dirty.fetch_add(n as u64, Relaxed);
+        true
+    }
 }
 
 /// What becomes of a copy that could not be mapped; its page stays swapped to its
@@ -477,6 +543,9 @@ fn handle_wp(e: &Engine, r: &RegionInner, page: u64) {
     let i = page as usize % UNIT_PAGES;
     match u.get(i) {
         PageState::Resident { dirty: false, slot } => {
+            if slot.is_some() {
+                r.write_trend.written_after_read();
+            }
             let slot = slot.and_then(|s| stale_slot_of(e, r, s));
             u.set(i, PageState::Resident { dirty: true, slot });
             r.counters.wpflt.fetch_add(1, Relaxed);

@@ -335,6 +335,7 @@ fn evict_unit(
         crate::writeback::restore_dirty(e, r, u, p, f);
     }
     r.counters.clean_evicted.fetch_add(clean, Relaxed);
+    r.write_trend.evicted_clean(clean);
     n_left - back
 }
 
