@@ -1489,7 +1489,9 @@ fn mlock_keeps_locked_memory_resident_outside_the_budget() {
     assert!(kb >= 96 * 1024, "not locked in the kernel: {stdout}");
     check_locked(&out, &stats, 32 * MIB, 96 * MIB);
     let s = active(&stats);
-    // munlock: swappable again (the third pass swapped), and nothing is locked at exit.
+    // munlock: swappable again (a new block's faults took room that only the unlocked
+    // pages could give: resident, they faulted nothing and woke no reclaim of their
+    // own), and nothing is locked at exit.
     assert!(
         counter(s, "pswpout") > 0,
         "nothing swapped after munlock: {s}"

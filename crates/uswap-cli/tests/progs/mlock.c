@@ -2,7 +2,8 @@
 /* Locked memory under uswap (issue 47 item 4): 96 MiB locked, written, read back.
  * Modes:
  *   mlock    malloc 96 MiB, mlock it, write, read back, VmLck printed; then munlock,
- *            write and read again (swappable again, still exact)
+ *            fill a new 64 MiB block (room only the unlocked pages can give), write
+ *            and read the 96 MiB again (swappable again, still exact)
  *   mlockall malloc 48 MiB, mlockall(MCL_CURRENT|MCL_FUTURE), malloc 48 MiB more
  *            (locked as MCL_FUTURE says), write, read back
  *   refused  malloc 96 MiB, mlock must fail (the caller refused it: RLIMIT_MEMLOCK
@@ -80,7 +81,9 @@ int main(int argc, char **argv) {
             return 1;
         kb = vmlck_kb();
         if (!strcmp(mode, "mlock")) {
-            if (munlock(p, n) || fill_check(p, n, 3))
+            /* a new block's faults need room: only the unlocked pages can give it */
+            unsigned long *q = malloc(64 * MIB);
+            if (munlock(p, n) || !q || fill_check(q, 64 * MIB, 6) || fill_check(p, n, 3))
                 return 1;
         }
         free(p);
