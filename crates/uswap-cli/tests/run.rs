@@ -468,6 +468,27 @@ fn threads_small_blocks_go_to_uswap_arenas() {
     );
 }
 
+/// A program whose data is small blocks malloc'd on its main thread (SQLite's page
+/// cache, glibc-malloc Redis): past the first 32 MiB of its `brk` heap they go to the
+/// uswap arenas, so the budget holds the program.
+#[test]
+fn main_thread_small_blocks_go_to_uswap_arenas_past_32_mib() {
+    let prog = cprog("arenas");
+    let p = prog.to_str().unwrap();
+    let args = [p, "0", "192"];
+    let want = plain(&args);
+    assert_ok(&want, "plain run");
+    let (out, stats) = under_uswap("64M", &[], &args);
+    assert_ok(&out, "under uswap");
+    assert_eq!(text(&out.stdout), text(&want.stdout));
+    let s = check_stats(&stats, 64 * MIB, 0);
+    assert_eq!(s["main_thread_on_arenas"], true, "{s}");
+    assert!(
+        stat_u64(s, "arena_bytes") >= 128 * MIB,
+        "the main thread's small blocks not in uswap arenas: {s}"
+    );
+}
+
 /// Compile tests/progs/Heap.java (once per test process).
 fn java_heap_classes() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();

@@ -85,6 +85,7 @@ thread_local! {
             inside: Cell::new(false),
             engine: Cell::new(false),
             main: Cell::new(0),
+            main_mallocs: Cell::new(0),
             arena: Cell::new(usize::MAX),
             cache: heap::ThreadCache::new(),
         }
@@ -96,8 +97,11 @@ struct ThreadState {
     inside: Cell<bool>,
     /// An engine thread.
     engine: Cell<bool>,
-    /// 0: not known yet, 1: the main thread, 2: another.
+    /// 0: not known yet, 1: the main thread on glibc's main arena, 2: another thread,
+    /// or the main thread once on the uswap arenas (`small_alloc`).
     main: Cell<u8>,
+    /// The main thread's small mallocs while on glibc's main arena.
+    main_mallocs: Cell<u32>,
     /// This thread's arena (usize::MAX: none yet).
     arena: Cell<usize>,
     /// Small blocks this thread freed, for its next mallocs.
@@ -324,6 +328,7 @@ extern "C" fn init() {
     };
     THRESHOLD.store(cfg.threshold, Relaxed);
     THREAD_ARENAS.store(cfg.thread_arenas, Relaxed);
+    BRK_AT_START.store(sys::program_break(), Relaxed);
     let stats = cfg.stats.is_some();
     // Said where the figures go to stderr (as `uswap run` says where the swap is), and
     // only for the case that changes what goes under uswap.
@@ -672,6 +677,7 @@ extern "C" fn print_stats() {
             "reservation_regions": table::RESERVATION_REGIONS.load(Relaxed),
             "arena_slabs": heap::ARENA_SLABS.load(Relaxed),
             "arena_bytes": heap::ARENA_BYTES.load(Relaxed),
+            "main_thread_on_arenas": MAIN_ON_ARENAS.load(Relaxed),
             "fallbacks": FALLBACKS.load(Relaxed),
             "peak_used_bytes": counters.peak_used_bytes,
             "vm_hwm_bytes": status_bytes("VmHWM:"),
@@ -702,10 +708,31 @@ extern "C" fn print_stats() {
 
 // ---- malloc family ------------------------------------------------------------------
 
-/// A small block for this thread (threads but the main one): from its cache, or
-/// its arena; null: glibc's (the main thread, an engine thread, inside uswap, arenas
-/// off or uswap off). One thread-local access. (After a fork, the forking thread
-/// keeps its answer, which only changes where its small blocks go.)
+/// How far the main thread's `brk` heap may grow past where it was at start before
+/// its small blocks go to the uswap arenas too. Below it, glibc's main arena is the
+/// faster home (a malloc+free pair ~8 ns against the arenas' ~37); past it, the
+/// program keeps its data there (SQLite's page cache, glibc-malloc Redis), and a
+/// budget that left it out would hold almost nothing of the program.
+const MAIN_HEAP_MAX: usize = 32 << 20;
+
+/// The program break when the library started (`sbrk(0)`); 0: not read.
+static BRK_AT_START: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether the main thread's small blocks have gone to the uswap arenas (its `brk`
+/// heap passed `MAIN_HEAP_MAX`); said in `--stats`.
+static MAIN_ON_ARENAS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether the main thread's `brk` heap has grown `MAIN_HEAP_MAX` past its start.
+fn main_heap_outgrown() -> bool {
+    let start = BRK_AT_START.load(Relaxed);
+    start != 0 && sys::program_break().saturating_sub(start) >= MAIN_HEAP_MAX
+}
+
+/// A small block for this thread: from its cache, or its arena; null: glibc's (an
+/// engine thread, inside uswap, arenas off or uswap off, and the main thread until
+/// its `brk` heap outgrows `MAIN_HEAP_MAX`, looked at every 256th of its small
+/// mallocs). One thread-local access. (After a fork, the forking thread keeps its
+/// answer, which only changes where its small blocks go.)
 fn small_alloc(size: usize) -> *mut c_void {
     if STATE.load(Relaxed) != 1 || !THREAD_ARENAS.load(Relaxed) {
         return std::ptr::null_mut();
@@ -720,7 +747,13 @@ fn small_alloc(size: usize) -> *mut c_void {
             t.main.set(if main { 1 } else { 2 });
         }
         if t.main.get() == 1 {
-            return None;
+            let n = t.main_mallocs.get().wrapping_add(1);
+            t.main_mallocs.set(n);
+            if !n.is_multiple_of(256) || !main_heap_outgrown() {
+                return None;
+            }
+            t.main.set(2);
+            MAIN_ON_ARENAS.store(true, Relaxed);
         }
         if let Some(p) = t.cache.take(size) {
             return Some(Err(p));
@@ -773,7 +806,8 @@ fn free_ours(p: *mut c_void) -> bool {
         unsafe {
             let np = NonNull::new_unchecked(p.cast());
             // Only threads that take small blocks from the arenas cache (not engine
-            // threads, which must not touch program memory, nor the main thread).
+            // threads, which must not touch program memory, nor the main thread while
+            // on glibc's main arena).
             let cached = T.with(|t| {
                 !(t.inside.get() || t.engine.get()) && t.main.get() == 2 && t.cache.keep(np)
             });

@@ -13,6 +13,13 @@ extern "C" {
     fn __libc_pvalloc(size: size_t) -> *mut c_void;
 }
 
+/// The program break (the end of the `brk` heap): `sbrk(0)`, which reads glibc's
+/// record of it without a system call once known.
+pub fn program_break() -> usize {
+    // SAFETY: sbrk(0) moves nothing; it only returns the current break.
+    unsafe { libc::sbrk(0) as usize }
+}
+
 pub fn malloc(size: usize) -> *mut c_void {
     // SAFETY: glibc's own allocator entry point; any size is valid.
     unsafe { __libc_malloc(size) }
