@@ -1,4 +1,5 @@
-/* A 256 MiB region under a 64 MiB budget: fill it, checksum it twice, print counters.
+/* A 256 MiB region under a 64 MiB budget: fill it, checksum it twice, again under a
+ * quarter of the budget (set while it runs), print counters.
  *
  *   cargo build --release -p uswap-capi
  *   cc -O2 -I crates/uswap-capi/include crates/uswap-capi/examples/fill.c \
@@ -54,6 +55,25 @@ int main(int argc, char **argv) {
     printf("pswpin %" PRIu64 " pswpout %" PRIu64 " majflt %" PRIu64 " peak_used_bytes %" PRIu64
            "\n",
            c.pswpin, c.pswpout, c.majflt, c.peak_used_bytes);
+    /* A quarter of the budget while it runs: evicted down to it, the bytes the same. */
+    if (uswap_pool_set_budget(pool, budget / 4) != 0) {
+        fprintf(stderr, "fill: uswap_pool_set_budget: %s\n", uswap_last_error());
+        return 1;
+    }
+    uint64_t d = checksum(p, n);
+    uswap_pool_counters(pool, &c);
+    uint64_t held = c.resident_bytes + c.cached_bytes + c.metadata_bytes;
+    printf("quarter budget: checksum %016" PRIx64 " held %" PRIu64 "\n", d, held);
+    /* Back to the start's; past it: EINVAL. */
+    if (uswap_pool_set_budget(pool, budget) != 0) {
+        fprintf(stderr, "fill: uswap_pool_set_budget back: %s\n", uswap_last_error());
+        return 1;
+    }
+    if (uswap_pool_set_budget(pool, 2 * budget) != -1 || errno != EINVAL) {
+        fprintf(stderr, "fill: a budget past the start's was not refused with EINVAL\n");
+        return 1;
+    }
+    printf("double budget: %s\n", uswap_last_error());
     uswap_region_free(r);
     uswap_pool_free(pool);
     /* A bad budget: EINVAL. */
@@ -62,5 +82,5 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("zero budget: %s\n", uswap_last_error());
-    return a == b ? 0 : 1;
+    return a == b && d == a && held <= budget / 4 ? 0 : 1;
 }

@@ -58,6 +58,11 @@ uswap_pool *uswap_pool_new(uint64_t budget, const char *swap_path);
 /* Release the pool handle (the engine stops once its regions are freed too). */
 void uswap_pool_free(uswap_pool *pool);
 int uswap_pool_counters(const uswap_pool *pool, uswap_counters *out);
+/* Change the budget while the pool runs: growing, it may hold more at once; shrinking,
+ * the limit drops now and the engine evicts down to it in the background (a fault
+ * meanwhile waits for room; the regions' bytes are kept). From 8 MiB up to the budget
+ * the pool started with. 0, or -1 with errno EINVAL (uswap_last_error()). */
+int uswap_pool_set_budget(const uswap_pool *pool, uint64_t budget);
 
 /* A zero-filled region of at least `size` bytes (rounded up to 2 MiB), any size
  * (larger than the budget is the point). */

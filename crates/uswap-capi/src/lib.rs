@@ -260,6 +260,25 @@ pub unsafe extern "C" fn uswap_pool_counters(
     0
 }
 
+/// Change the pool's budget while it runs: growing, it may hold more at once;
+/// shrinking, the limit drops now and the engine evicts down to it in the background
+/// (a fault meanwhile waits for room; the regions' bytes are kept).
+/// From 8 MiB up to the budget the pool started with. Returns 0, or -1 with errno
+/// EINVAL (and `uswap_last_error`).
+///
+/// # Safety
+/// `pool` is a live pool handle.
+#[no_mangle]
+pub unsafe extern "C" fn uswap_pool_set_budget(pool: *const UswapPool, budget: u64) -> c_int {
+    if pool.is_null() {
+        fail(libc::EINVAL, "NULL argument".into());
+        return -1;
+    }
+    // SAFETY: the caller's contract.
+    let pool = unsafe { &(*pool).0 };
+    guarded(-1, || pool.set_budget(budget).map(|()| 0))
+}
+
 /// Fill `out` with the region's counters (with the pool's gauges).
 ///
 /// # Safety

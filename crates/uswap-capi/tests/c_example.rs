@@ -80,4 +80,16 @@ fn c_example_fills_a_region_4x_its_budget() {
         stdout.contains("zero budget: budget of 0 bytes is too small"),
         "{stdout}"
     );
+    // uswap_pool_set_budget: a quarter of the budget, held to it, the bytes the same.
+    let quarter = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("quarter budget: checksum "))
+        .expect("quarter budget line");
+    let (sum, held) = quarter.split_once(" held ").expect("held");
+    assert_eq!(sum, sums[0], "bytes changed under the smaller budget");
+    assert!(held.parse::<u64>().unwrap() <= 16 << 20, "{stdout}");
+    assert!(
+        stdout.contains("double budget: budget 128.0 MiB: a running pool's budget may go"),
+        "{stdout}"
+    );
 }

@@ -325,10 +325,25 @@ impl Pool {
         lock(&self.pool).is_none()
     }
 
-    /// The resident budget in bytes.
+    /// The resident budget in bytes: as the pool started, or as set_budget() changed it.
     #[getter]
     fn budget(&self) -> u64 {
-        self.budget
+        lock(&self.pool)
+            .as_ref()
+            .map_or(self.budget, |p| p.budget())
+    }
+
+    /// Change the budget while the pool runs (an int, or a string such as "128M"):
+    /// growing, it may hold more at once; shrinking, the limit drops now and the engine
+    /// evicts down to it in the background (a fault meanwhile waits for room; the
+    /// regions' bytes are kept). From 8 MiB up to the budget the pool started
+    /// with; other values raise uswap.InvalidSizeError. `uswap set PID --budget`
+    /// does the same from another process.
+    fn set_budget(&self, py: Python<'_>, budget: &Bound<'_, PyAny>) -> PyResult<()> {
+        let bytes = size_arg(budget, "budget")?;
+        let pool = self.live()?;
+        py.detach(move || pool.set_budget(bytes))
+            .map_err(crate::errors::to_py)
     }
 
     /// Where the swap lives (the directory of the unnamed swap file, or the device).

@@ -40,8 +40,13 @@ pub(crate) enum Gauge {
 
 /// The budget and its gauges (pages unless named bytes). Guarded by atomics only.
 pub(crate) struct Budget {
-    /// Bytes the engine may hold.
+    /// Bytes the engine may hold: the budget the pool started with, and the most
+    /// [`Budget::set_requested`] may ask for (the swap-cache frames are sized for it).
     budget: u64,
+    /// The budget asked for since the start (`Pool::set_budget`), if less: applied
+    /// like the memory cgroup's cap, the limit follows at once and reclaim evicts
+    /// down to it.
+    requested: AtomicU64,
     /// Bytes the engine may hold now, if less: the room its memory cgroup leaves
     /// (`memcg::follow`, from the reclaim thread or a fault, whichever reads first).
     cap: AtomicU64,
@@ -100,6 +105,7 @@ impl Budget {
     pub(crate) fn new(budget: u64, reclaim_reserve: i64) -> Budget {
         Budget {
             budget,
+            requested: AtomicU64::new(budget),
             cap: AtomicU64::new(u64::MAX),
             used: AtomicI64::new(0),
             resident: AtomicI64::new(0),
@@ -116,9 +122,19 @@ impl Budget {
         }
     }
 
-    /// The budget in bytes.
+    /// The budget the pool started with, in bytes.
     pub(crate) fn bytes(&self) -> u64 {
         self.budget
+    }
+
+    /// The budget asked for now (bytes): the start's, or what `set_requested` set.
+    pub(crate) fn requested_bytes(&self) -> u64 {
+        self.requested.load(Relaxed)
+    }
+
+    /// Ask for a budget of `bytes` (at most the start's; the caller checks).
+    pub(crate) fn set_requested(&self, bytes: u64) {
+        self.requested.store(bytes.min(self.budget), Relaxed);
     }
 
     fn gauge(&self, g: Gauge) -> &AtomicI64 {
@@ -245,9 +261,10 @@ impl Budget {
         self.reclaim_reserve.max(0) as u64
     }
 
-    /// Bytes the engine may hold now: the budget, or the cgroup's room if less.
+    /// Bytes the engine may hold now: the budget asked for, or the cgroup's room if
+    /// less.
     pub(crate) fn effective_bytes(&self) -> u64 {
-        self.budget.min(self.cap.load(Relaxed))
+        self.requested.load(Relaxed).min(self.cap.load(Relaxed))
     }
 
     /// Pages the engine may hold: the budget (or the cgroup's room) less metadata

@@ -251,6 +251,29 @@ impl Engine {
         self.budget.commit_metadata(r.metadata_bytes);
     }
 
+    /// The budget asked for becomes `bytes` (`Pool::set_budget`): the limit follows at
+    /// once, as when the memory cgroup leaves less room, and reclaim evicts down to it.
+    pub(crate) fn set_budget(&self, bytes: u64) -> Result<()> {
+        let (min, max) = (4 * UNIT_SIZE as u64, self.budget.bytes());
+        if bytes < min || bytes > max {
+            return Err(Error::InvalidSetting {
+                what: format!(
+                    "budget {}: a running pool's budget may go from {} to {} (the budget \
+                     it started with; start it with a bigger one to grow past that)",
+                    crate::format_size(bytes),
+                    crate::format_size(min),
+                    crate::format_size(max)
+                ),
+            });
+        }
+        self.budget.set_requested(bytes);
+        if let Some(c) = &self.tiers.compressed {
+            c.follow_limit(self.budget.effective_bytes(), self.budget.bytes());
+        }
+        self.threads.wake_kswapd();
+        Ok(())
+    }
+
     /// Totals over live and dropped regions, with the gauges.
     pub(crate) fn counters(&self) -> Counters {
         let _a = self.fork.enter_from_program();
@@ -270,6 +293,9 @@ impl Engine {
         c.peak_used_bytes = self.budget.peak_bytes();
         c.thp_swpin_recycled = self.frames.huge_recycled();
         c.budget_limit_bytes = self.budget.effective_bytes();
+        c.budget_bytes = self.budget.requested_bytes();
+        c.budget_max_bytes = self.budget.bytes();
+        c.over_budget_events = self.diag.over_budget_events.load(Relaxed);
         c.swap_files_open = self.tiers.file().open_files() as u64;
         c.swap_disk_bytes = self.tiers.file().disk_bytes();
         c.peak_swap_disk_bytes = self.tiers.file().peak_disk_bytes().max(c.swap_disk_bytes);
@@ -380,6 +406,8 @@ pub(crate) struct Diagnostics {
     /// Clean pages mapped whole by a move that turned out written (see `unit.rs`).
     pub(crate) clean_mismatch: AtomicU64,
     said_over_budget: AtomicBool,
+    /// Faults that went over the budget (said once, counted every time).
+    pub(crate) over_budget_events: AtomicU64,
     said_read_error: AtomicBool,
     said_checksum: AtomicBool,
 }
@@ -414,6 +442,7 @@ impl Diagnostics {
 
     /// A fault went over the budget because nothing could be reclaimed.
     pub(crate) fn over_budget(&self) {
+        self.over_budget_events.fetch_add(1, Relaxed);
         if !self.said_over_budget.swap(true, Relaxed) {
             say!(
                 "uswap: nothing can be reclaimed now (pages pinned, or writes refused): \

@@ -630,9 +630,19 @@ impl Pool {
         self.engine.counters()
     }
 
-    /// The budget in bytes.
+    /// The budget in bytes: as the pool started, or as [`set_budget`](Self::set_budget)
+    /// changed it.
     pub fn budget(&self) -> u64 {
-        self.engine.cfg.budget
+        self.engine.budget.requested_bytes()
+    }
+
+    /// Change the budget while the pool runs: growing, the engine may hold more at
+    /// once; shrinking, the limit drops now and the reclaim thread, woken, evicts down
+    /// to it (a fault meanwhile waits for room, as at any budget; nothing is lost or
+    /// killed). At most the budget the pool started with (its swap-cache frames are
+    /// sized for it), at least 8 MiB.
+    pub fn set_budget(&self, bytes: u64) -> Result<()> {
+        self.engine.set_budget(bytes)
     }
 
     /// The memory cgroup whose room the budget follows (its directory and limit), if one

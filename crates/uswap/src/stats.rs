@@ -233,6 +233,15 @@ counters! {
         /// What the engine may hold now: the budget, or less where the memory
         /// cgroup leaves less room (`memcg`).
         budget_limit_bytes: gauge,
+        /// The budget asked for now: as the pool started, or as changed since
+        /// (`Pool::set_budget`, `uswap set`).
+        budget_bytes: gauge,
+        /// The most the budget may be raised to while the pool runs: the budget it
+        /// started with.
+        budget_max_bytes: gauge,
+        /// Faults that went over the budget because nothing could be reclaimed then
+        /// (pages pinned, writes refused or paused).
+        over_budget_events: counter,
         /// Swap files this process holds open (its own, and ones inherited at
         /// forks that it still reads).
         swap_files_open: gauge,
