@@ -365,6 +365,7 @@ extern "C" fn close_remote() {
     let _g = enter();
     if let Some(p) = POOL.get().and_then(|p| p.as_ref()) {
         p.close_remote_at_exit();
+        p.close_live_at_exit();
     }
 }
 

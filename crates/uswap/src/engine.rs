@@ -64,6 +64,8 @@ pub struct Engine {
     pub(crate) diag: Diagnostics,
     /// The memory cgroup the budget follows (`memcg`), if one limits the process.
     pub(crate) memcg: Option<crate::memcg::Follow>,
+    /// Where the pool publishes its counters for other processes (`live.rs`).
+    pub(crate) live: crate::live::Live,
 }
 
 /// Every engine of this process, for the fork hooks.
@@ -210,6 +212,7 @@ impl Engine {
             zapper: Zapper::new(),
             diag: Diagnostics::default(),
             memcg: cfg.follow_memcg.then(crate::memcg::Follow::open).flatten(),
+            live: crate::live::Live::new(cfg.live),
             cfg,
         });
         crate::memcg::follow(&engine);

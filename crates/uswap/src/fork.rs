@@ -346,6 +346,7 @@ fn child(e: &Arc<Engine>) {
         std::mem::forget(p.write_end);
     }
     f.children.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    e.live.forget_after_fork();
     // This process's own descriptors, at the same numbers.
     match Uffd::open() {
         Ok(u) => replace_fd(u.into_raw(), e.uffd.raw()),

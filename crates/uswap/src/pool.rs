@@ -317,6 +317,7 @@ pub struct PoolBuilder {
     pub(crate) encrypt: bool,
     pub(crate) checksums: bool,
     pub(crate) follow_memcg: bool,
+    pub(crate) live: bool,
 }
 
 impl Default for PoolBuilder {
@@ -349,6 +350,7 @@ impl Default for PoolBuilder {
             encrypt: false,
             checksums: true,
             follow_memcg: true,
+            live: true,
         }
     }
 }
@@ -544,6 +546,14 @@ impl PoolBuilder {
         self.checksums = on;
         self
     }
+    /// Publish the pool's counters for other processes of this user to read while it
+    /// runs (`uswap stat`, `uswap top`, `uswap export`) and take budget changes from
+    /// them (`uswap set`): a small file in `$USWAP_LIVE_DIR` or `/dev/shm/uswap-<uid>`,
+    /// written every 250 ms (`live.rs`). Default on.
+    pub fn live(mut self, on: bool) -> Self {
+        self.live = on;
+        self
+    }
     /// Inject backend I/O errors (for tests).
     pub fn inject_io_errors(mut self, f: FaultInjection) -> Self {
         self.inject = f;
@@ -728,6 +738,15 @@ impl std::fmt::Debug for Pool {
 }
 
 impl Pool {
+    /// For a pool that is never dropped (one in a `static`, which lives until the process
+    /// exits): removes its live record now (`PoolBuilder::live`), as the pool's end
+    /// would; nothing more is published. (A reader would remove the record once the
+    /// process is gone anyway.)
+    pub fn close_live_at_exit(&self) {
+        let _a = self.engine.fork.enter_from_program();
+        self.engine.live.close();
+    }
+
     /// For a pool that is never dropped (one in a `static`, which lives until the process
     /// exits): deletes the remote tier's values now, as the pool's end would (those a live
     /// forked child may still read are left to it). Call it as the process exits; a page

@@ -287,6 +287,7 @@ pub(crate) fn run(e: &Arc<Engine>, mut ctx: ThreadCtx) {
             break;
         }
         crate::memcg::follow(e);
+        let publish_in = crate::live::tick(e);
         {
             let _a = e.fork.enter();
             crate::fork::arm_child_polls(e, &mut ctx);
@@ -344,9 +345,11 @@ pub(crate) fn run(e: &Arc<Engine>, mut ctx: ThreadCtx) {
             (true, None) => ctx.ring.wait_for(std::time::Duration::from_millis(100)),
             // Warm 2 MiB frames go once units stop coming in (`frames.rs`): awake to
             // see that.
-            _ if crate::frames::warm_units_held(e) => {
-                ctx.ring.wait_for(std::time::Duration::from_millis(1100))
-            }
+            _ if crate::frames::warm_units_held(e) => ctx
+                .ring
+                .wait_for(publish_in.min(std::time::Duration::from_millis(1100))),
+            // Awake for the next live record (`live.rs`), when the pool publishes.
+            _ if publish_in != std::time::Duration::MAX => ctx.ring.wait_for(publish_in),
             _ => ctx.ring.wait(),
         }
         e.threads.kswapd_sleeps(false);
@@ -360,4 +363,8 @@ pub(crate) fn run(e: &Arc<Engine>, mut ctx: ThreadCtx) {
         cqes.retain(|&(ud, _)| ud != TOKEN_TIMEOUT);
         crate::fault::process_cqes(e, &mut ctx, &cqes);
     }
+    // The pool is closing: its record goes with it (inside the engine: no fork copies
+    // the record's lock held).
+    let _a = e.fork.enter();
+    e.live.close();
 }

@@ -441,6 +441,12 @@ pub(crate) fn mem_total() -> Option<u64> {
     Some(kb * 1024)
 }
 
+/// This process's effective user id.
+pub(crate) fn euid() -> u32 {
+    // SAFETY: geteuid(2) has no arguments and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
 /// This thread's kernel id.
 pub(crate) fn gettid() -> u64 {
     thread_local!(static TID: u64 = {
