@@ -72,11 +72,13 @@ if ! "$PY_VENV/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'
   rm -rf "$PY_VENV"
   "$PYTHON" -m venv "$PY_VENV"
 fi
-if ! "$PY_VENV/bin/python" -c 'import numpy, pytest, pytest_timeout' 2>/dev/null ||
+# prometheus_client: crates/uswap-cli/tests/live.rs parses `uswap export`'s scrape with
+# the Prometheus client library's own parser.
+if ! "$PY_VENV/bin/python" -c 'import numpy, pytest, pytest_timeout, prometheus_client' 2>/dev/null ||
    ! [ -x "$PY_VENV/bin/maturin" ]; then
-  say "installing maturin, numpy, pytest, pytest-timeout into $PY_VENV"
+  say "installing maturin, numpy, pytest, pytest-timeout, prometheus_client into $PY_VENV"
   "$PY_VENV/bin/python" -m pip install -q --disable-pip-version-check \
-    'maturin>=1.5,<2' numpy pytest pytest-timeout
+    'maturin>=1.5,<2' numpy pytest pytest-timeout prometheus_client
 fi
 
 # FUSE and loop devices for the fault tests: load the modules where the kernel has them

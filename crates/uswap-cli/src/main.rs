@@ -8,6 +8,7 @@ mod harness;
 mod kswap;
 mod latency;
 mod ledger;
+mod live;
 mod lost;
 mod memory;
 mod plot;
@@ -50,6 +51,20 @@ enum Command {
     /// private mmaps) under uswap; exit status, signals and stdio pass through.
     #[command(after_help = run::HELP)]
     Run(RunArgs),
+    /// Show the live counters of running processes under uswap (another shell, the same
+    /// user), once or every few seconds with rates.
+    #[command(after_help = live::STAT_HELP)]
+    Stat(live::StatArgs),
+    /// Every process under uswap on this machine (this user's), like top, with rates.
+    #[command(after_help = live::TOP_HELP)]
+    Top(live::TopArgs),
+    /// Serve (or print) the live counters of every process under uswap in the
+    /// Prometheus text format.
+    #[command(after_help = live::EXPORT_HELP)]
+    Export(live::ExportArgs),
+    /// Change a running process's budget (growing or shrinking), without a restart.
+    #[command(after_help = live::SET_HELP)]
+    Set(live::SetArgs),
 }
 
 /// `uswap run` options (the command is in `run.rs`).
@@ -97,6 +112,11 @@ pub struct RunArgs {
     /// where the swap goes at the start.
     #[arg(long, value_name = "FILE", num_args = 0..=1, require_equals = true)]
     pub stats: Option<Option<PathBuf>>,
+    /// Serve the live counters of the program and every process it starts in the
+    /// Prometheus text format at http://ADDR/metrics (e.g. 127.0.0.1:9477; port 0: any
+    /// free port, said on stderr), until they are all gone (`uswap export`).
+    #[arg(long, value_name = "ADDR", conflicts_with = "against")]
+    pub metrics: Option<std::net::SocketAddr>,
     /// Time PROGRAM under kernel swap (a swap file next to uswap's, zram, or zswap) and
     /// under uswap, each in a fresh memory cgroup limited to the budget + an allowance
     /// (`--against-allowance`, default 64 MiB); print
@@ -145,6 +165,10 @@ fn main() {
         Command::Bench(args) => bench::main(args),
         Command::Run(args) if args.against.is_some() => run_against::main(args),
         Command::Run(args) => run::main(args),
+        Command::Stat(args) => live::stat(args),
+        Command::Top(args) => live::top(args),
+        Command::Export(args) => live::export(args),
+        Command::Set(args) => live::set(args),
     })
     .unwrap_or_else(|_| {
         eprintln!("uswap: error: internal error (panic); please report it");

@@ -304,6 +304,12 @@ pub fn main(args: RunArgs) -> i32 {
         Some(s) => cmd.env("USWAP_STATS", s),
         None => cmd.env_remove("USWAP_STATS"),
     };
+    if let Some(addr) = args.metrics {
+        if let Err(e) = crate::live::start_run_exporter(addr) {
+            eprintln!("uswap run: error: {e}");
+            return 2;
+        }
+    }
     // exec: on success this does not return; PROGRAM keeps our pid, stdio and signals.
     let err = cmd.exec();
     let shown = Path::new(program).display();
