@@ -33,6 +33,7 @@ pub mod error;
 mod fault;
 pub mod fork;
 mod frames;
+pub mod host;
 pub mod live;
 mod lock;
 pub mod memcg;

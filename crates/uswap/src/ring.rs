@@ -92,6 +92,11 @@ impl Ring {
         })
     }
 
+    /// Entries of its submission queue.
+    pub fn entries(&self) -> u32 {
+        self.ring.params().sq_entries()
+    }
+
     fn push(&mut self, sqe: &io_uring::squeue::Entry) {
         loop {
             // SAFETY: every buffer an SQE points to (frames, iovec arrays held in

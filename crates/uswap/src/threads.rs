@@ -44,7 +44,7 @@ pub(crate) struct ThreadCtx {
 /// A thread's io_uring: 512 entries, or 64 where the locked-memory limit has no room
 /// for 512 (a low RLIMIT_MEMLOCK, 64 KiB in many containers and systemd units: the
 /// kernel charges the rings to it); an error that says which limit to raise.
-fn new_ring() -> Result<Ring> {
+pub(crate) fn new_ring() -> Result<Ring> {
     match Ring::new(512) {
         Err(e) if e.raw_os_error() == Some(libc::ENOMEM) => {
             Ring::new(64).map_err(|source| match source.raw_os_error() {

@@ -80,10 +80,12 @@ const UFFDIO_POISON: u64 = iowr(0x08, std::mem::size_of::<UffdioPoison>());
 const USERFAULTFD_IOC_NEW: u64 = UFFDIO << 8; // _IO(0xAA, 0x00)
 
 const UFFD_API: u64 = 0xAA;
+/// Write-protect faults are reported (anonymous memory: Linux 5.7+).
+pub(crate) const FEATURE_PAGEFAULT_FLAG_WP: u64 = 1 << 0;
 const FEATURE_SIGBUS: u64 = 1 << 7;
-const FEATURE_THREAD_ID: u64 = 1 << 8;
-const FEATURE_POISON: u64 = 1 << 14;
-const FEATURE_MOVE: u64 = 1 << 16;
+pub(crate) const FEATURE_THREAD_ID: u64 = 1 << 8;
+pub(crate) const FEATURE_POISON: u64 = 1 << 14;
+pub(crate) const FEATURE_MOVE: u64 = 1 << 16;
 
 /// Register mode bits.
 pub const REGISTER_MISSING: u64 = 1;
@@ -620,5 +622,62 @@ mod tests {
         for a in [src, dst, holes_dst] {
             unmap(a, len);
         }
+    }
+}
+
+/// `userfaultfd(2)` flag: the fd reports only faults taken in user mode; allowed to
+/// unprivileged processes whatever vm.unprivileged_userfaultfd says (Linux 5.11+).
+const UFFD_USER_MODE_ONLY: i32 = 1;
+
+/// What userfaultfd allows this process, each way of getting one tried (for
+/// `uswap doctor`, through `host.rs`).
+#[derive(Debug)]
+pub struct Probe {
+    /// The system call, for faults in user and kernel mode (what the engine needs).
+    pub syscall: io::Result<()>,
+    /// The system call with UFFD_USER_MODE_ONLY.
+    pub user_mode_only: io::Result<()>,
+    /// /dev/userfaultfd (USERFAULTFD_IOC_NEW), for faults in both modes.
+    pub device: io::Result<()>,
+    /// The features UFFDIO_API reports on the first fd that could be had.
+    pub features: Option<u64>,
+}
+
+/// Try every way to get a userfaultfd, and ask the kernel for its features.
+pub fn probe() -> Probe {
+    let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
+    let raw_syscall = |flags: i32| -> io::Result<OwnedFd> {
+        // SAFETY: plain syscall with integer flags.
+        let r = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a freshly opened fd that nothing else owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(r as RawFd) })
+    };
+    let full = raw_syscall(flags);
+    let user = raw_syscall(flags | UFFD_USER_MODE_ONLY);
+    let dev = Uffd::open_dev(flags).map(|fd| {
+        // SAFETY: a freshly opened fd that nothing else owns.
+        unsafe { OwnedFd::from_raw_fd(fd) }
+    });
+    let features = [&full, &dev, &user]
+        .into_iter()
+        .find_map(|r| r.as_ref().ok())
+        .and_then(|fd| {
+            // features 0 asks for none; the kernel answers with all it has.
+            let mut api = UffdioApi {
+                api: UFFD_API,
+                features: 0,
+                ioctls: 0,
+            };
+            ioctl(fd.as_raw_fd(), UFFDIO_API, &mut api).ok()?;
+            Some(api.features)
+        });
+    Probe {
+        syscall: full.map(drop),
+        user_mode_only: user.map(drop),
+        device: dev.map(drop),
+        features,
     }
 }

@@ -360,6 +360,11 @@ impl SwapFile {
         self.fixed.unwrap_or(self.max_bytes)
     }
 
+    /// Free space of the filesystem the writable file is on, when it is a file.
+    pub fn fs_free_bytes(&self) -> Option<u64> {
+        self.file.get().filter(|_| !self.is_block).and_then(fs_free)
+    }
+
     /// Disk space the writable file takes now (its allocated blocks).
     pub fn disk_bytes(&self) -> u64 {
         use std::os::unix::fs::MetadataExt;
