@@ -36,37 +36,6 @@ Examples:
   sudo uswap run --against zswap --budget 512M --direct --json -- python numpy_4x.py
       --direct: the program uses uswap itself and reads USWAP_AGAINST_SIDE";
 
-/// Where `libuswap_preload.so` is: $USWAP_PRELOAD, next to this executable, or in
-/// ../lib relative to it.
-fn find_preload() -> Result<PathBuf, String> {
-    if let Some(p) = std::env::var_os("USWAP_PRELOAD").filter(|p| !p.is_empty()) {
-        let p = PathBuf::from(p);
-        return if p.is_file() {
-            Ok(p)
-        } else {
-            Err(format!("USWAP_PRELOAD={} is not a file", p.display()))
-        };
-    }
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find own executable: {e}"))?;
-    let dir = exe.parent().unwrap_or(Path::new("/"));
-    let tries = [
-        dir.join("libuswap_preload.so"),
-        dir.join("../lib/libuswap_preload.so"),
-        dir.join("../lib/uswap/libuswap_preload.so"),
-    ];
-    for t in &tries {
-        if t.is_file() {
-            return Ok(t.canonicalize().unwrap_or_else(|_| t.clone()));
-        }
-    }
-    Err(format!(
-        "libuswap_preload.so not found (looked in {} and {}; build it with \
-         `cargo build --release -p uswap-preload`, or set USWAP_PRELOAD)",
-        dir.display(),
-        dir.join("../lib").display()
-    ))
-}
-
 /// PROGRAM as exec will find it: a path, or the first match in $PATH.
 pub(crate) fn resolve(program: &std::ffi::OsStr) -> Option<PathBuf> {
     let p = Path::new(program);
@@ -121,15 +90,15 @@ pub(crate) fn why_not_served(path: &Path) -> Option<(String, bool)> {
     }
 }
 
-/// Find the preload library and check the settings (a pool is started and stopped), or
+/// Get the preload library and check the settings (a pool is started and stopped), or
 /// say why not on stderr and give the exit status.
 pub(crate) fn check(args: &RunArgs) -> Result<(PathBuf, u64), i32> {
     if let Err(e) = args.tiers.check() {
         eprintln!("uswap run: error: {e}");
         return Err(2);
     }
-    let preload = match find_preload() {
-        Ok(p) => p,
+    let preload = match crate::preload::library() {
+        Ok(lib) => lib.path,
         Err(e) => {
             eprintln!("uswap run: error: {e}");
             return Err(2);

@@ -19,6 +19,29 @@ use std::process::Command;
 /// leaves libpython's symbols to the interpreter: no libpython needed to link it.
 /// scripts/test.sh builds the same before `cargo test`.
 pub fn build_cdylibs(profile_dir: &Path) {
+    let mut cmd = cargo();
+    cmd.args(["build", "--quiet", "--workspace", "--all-targets"])
+        .args(["--features", "uswap-py/extension-module", "--target-dir"])
+        .arg(profile_dir.parent().expect("target/<profile> has a parent"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    match profile_dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") | None => {}
+        Some("release") => {
+            cmd.arg("--release");
+        }
+        Some(other) => {
+            cmd.args(["--profile", other]);
+        }
+    }
+    let st = cmd.status().expect("run cargo build for the C libraries");
+    assert!(
+        st.success(),
+        "cargo build of the workspace's C libraries failed"
+    );
+}
+
+/// The cargo that runs the tests, without what `cargo test` set for this test binary.
+pub fn cargo() -> Command {
     let mut cmd = Command::new(env!("CARGO"));
     // What `cargo test` sets for this test binary is not the build's: inherited, it
     // reads as changed (`ring`: "the env variable CARGO_MANIFEST_DIR changed") and
@@ -40,24 +63,7 @@ pub fn build_cdylibs(profile_dir: &Path) {
             cmd.env_remove(k.as_ref());
         }
     }
-    cmd.args(["build", "--quiet", "--workspace", "--all-targets"])
-        .args(["--features", "uswap-py/extension-module", "--target-dir"])
-        .arg(profile_dir.parent().expect("target/<profile> has a parent"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"));
-    match profile_dir.file_name().and_then(|n| n.to_str()) {
-        Some("debug") | None => {}
-        Some("release") => {
-            cmd.arg("--release");
-        }
-        Some(other) => {
-            cmd.args(["--profile", other]);
-        }
-    }
-    let st = cmd.status().expect("run cargo build for the C libraries");
-    assert!(
-        st.success(),
-        "cargo build of the workspace's C libraries failed"
-    );
+    cmd
 }
 
 /// Run a system command; panic with its output when it fails.
