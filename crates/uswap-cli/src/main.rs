@@ -4,6 +4,7 @@ mod against;
 mod bench;
 mod cgroup;
 mod data;
+mod doctor;
 mod harness;
 mod kswap;
 mod latency;
@@ -31,7 +32,8 @@ Examples:
   uswap bench --help               workloads and every option
   uswap run --budget 2G -- ./prog  run a program with its large memory under uswap
 
-uswap needs userfaultfd: run as root, or `sudo sysctl vm.unprivileged_userfaultfd=1`.
+uswap needs userfaultfd: run as root, or `sudo sysctl vm.unprivileged_userfaultfd=1`;
+`uswap doctor` checks what a run needs here and says how to fix what is missing.
 Exit status: 0 ok, 1 verification failure (wrong or lost data) or runtime error, 2 bad usage.";
 
 /// User-space swap: memory regions far bigger than the RAM they may use, paged by
@@ -67,6 +69,11 @@ enum Command {
     /// Change a running process's budget (growing or shrinking), without a restart.
     #[command(after_help = live::SET_HELP)]
     Set(live::SetArgs),
+    /// Check that `uswap run` works here, with the same settings: userfaultfd, kernel
+    /// features, io_uring, the swap place, the memory cgroup, THP, locked memory; say
+    /// how to fix what does not. Exit 0 only when a run will work.
+    #[command(after_help = doctor::HELP)]
+    Doctor(doctor::DoctorArgs),
 }
 
 /// `uswap run` options (the command is in `run.rs`).
@@ -171,6 +178,7 @@ fn main() {
         Command::Top(args) => live::top(args),
         Command::Export(args) => live::export(args),
         Command::Set(args) => live::set(args),
+        Command::Doctor(args) => doctor::main(args),
     })
     .unwrap_or_else(|_| {
         eprintln!("uswap: error: internal error (panic); please report it");

@@ -8,6 +8,10 @@ use std::path::{Path, PathBuf};
 pub struct Mount {
     /// Where it is mounted.
     pub point: PathBuf,
+    /// The filesystem type ("ext4", "tmpfs", ...).
+    pub fstype: String,
+    /// What is mounted ("/dev/vda1", "tmpfs", ...).
+    pub source: String,
     /// The mount's own options ("rw,nosuid,noexec,...").
     options: String,
 }
@@ -39,11 +43,14 @@ pub fn of_path(path: &Path) -> Option<Mount> {
 
 /// `36 35 98:0 /mnt1 /mnt/parent rw,noatime master:1 - ext3 /dev/root rw,errors=continue`
 fn parse_line(line: &str) -> Option<Mount> {
-    let (before, _) = line.split_once(" - ")?;
+    let (before, after) = line.split_once(" - ")?;
     let f: Vec<&str> = before.split(' ').collect();
+    let a: Vec<&str> = after.split(' ').collect();
     Some(Mount {
         point: PathBuf::from(unescape(f.get(4)?)),
         options: f.get(5)?.to_string(),
+        fstype: a.first()?.to_string(),
+        source: unescape(a.get(1)?),
     })
 }
 
@@ -81,6 +88,8 @@ mod tests {
         )
         .expect("a mount");
         assert_eq!(m.point, Path::new("/mnt/my disk"));
+        assert_eq!(m.fstype, "ext4");
+        assert_eq!(m.source, "/dev/vdb1");
         assert!(m.has_option("noexec"));
         assert!(!m.has_option("ro"));
     }

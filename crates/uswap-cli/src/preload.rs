@@ -23,9 +23,11 @@ static IMAGE: &[u8] = include_bytes!(env!("USWAP_PRELOAD_SO"));
 /// development build, a debug build of the library).
 pub const OVERRIDE: &str = "USWAP_PRELOAD";
 
-/// Where `uswap run` gets the library.
+/// Where `uswap run` gets the library: the path, and how it came to be there (for
+/// `uswap doctor`).
 pub struct Library {
     pub path: PathBuf,
+    pub origin: &'static str,
 }
 
 /// The library for LD_PRELOAD: `$USWAP_PRELOAD`, or the built-in copy written to the
@@ -37,6 +39,7 @@ pub fn library() -> Result<Library, String> {
         return if p.is_file() {
             Ok(Library {
                 path: std::path::absolute(&p).unwrap_or(p),
+                origin: "$USWAP_PRELOAD",
             })
         } else {
             Err(format!("{OVERRIDE}={} is not a file", p.display()))
@@ -47,7 +50,12 @@ pub fn library() -> Result<Library, String> {
     let mut tried = Vec::new();
     for dir in candidate_dirs(uid) {
         match place_in(&dir, &name, uid) {
-            Ok(path) => return Ok(Library { path }),
+            Ok(path) => {
+                return Ok(Library {
+                    path,
+                    origin: "built in, written once",
+                })
+            }
             Err(e) => tried.push(format!("{}: {e}", dir.display())),
         }
     }

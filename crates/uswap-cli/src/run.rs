@@ -122,16 +122,13 @@ pub(crate) fn check(args: &RunArgs) -> Result<(PathBuf, u64), i32> {
     } else {
         args.budget
     };
-    let mut b = args
-        .tiers
-        .apply(uswap::Pool::builder().budget(budget))
-        .encrypt(args.encrypt);
-    if let Some(p) = &args.swap_file {
-        b = b.swap_file(p);
-    }
-    if let Some(m) = args.max_swap {
-        b = b.max_swap(m);
-    }
+    let b = pool_builder(
+        budget,
+        &args.tiers,
+        args.encrypt,
+        args.swap_file.as_deref(),
+        args.max_swap,
+    );
     let keep_free = match b.build() {
         Ok(pool) => {
             // Each process makes its own pool in the same place: say where, when asked
@@ -153,6 +150,27 @@ pub(crate) fn check(args: &RunArgs) -> Result<(PathBuf, u64), i32> {
         }
     };
     Ok((preload, keep_free))
+}
+
+/// The pool each process of a run starts with these settings (`uswap doctor` starts
+/// one too, to check them).
+pub(crate) fn pool_builder(
+    budget: u64,
+    tiers: &crate::tier::TierArgs,
+    encrypt: bool,
+    swap_file: Option<&Path>,
+    max_swap: Option<uswap::MaxSwap>,
+) -> uswap::PoolBuilder {
+    let mut b = tiers
+        .apply(uswap::Pool::builder().budget(budget))
+        .encrypt(encrypt);
+    if let Some(p) = swap_file {
+        b = b.swap_file(p);
+    }
+    if let Some(m) = max_swap {
+        b = b.max_swap(m);
+    }
+    b
 }
 
 /// `uswap run`'s arguments for the same settings and PROGRAM (the uswap side of
