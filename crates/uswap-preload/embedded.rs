@@ -63,6 +63,10 @@ pub fn preload_library() -> PathBuf {
         .arg(workspace.join("Cargo.toml"))
         .arg("--target-dir")
         .arg(&target_dir)
+        // Its intermediate artifacts too (cargo 1.91+ may keep them apart: build.build-dir),
+        // else an outer build directory set by config or environment would be the
+        // inner cargo's as well, and one build's library would replace the other's.
+        .env("CARGO_BUILD_BUILD_DIR", &target_dir)
         .env("CARGO_PROFILE_RELEASE_DEBUG", "0")
         .env("CARGO_PROFILE_RELEASE_STRIP", "debuginfo");
     // What cargo sets for this build script describes the outer build, not this one:
