@@ -3,9 +3,9 @@
 //! opened, an io_uring set up, the swap place opened, a pool started), and what to do
 //! about each that is missing.
 
-use crate::{bench, mounts, preload, run, tier};
+use crate::{mounts, preload, run, tier};
 use clap::Args;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use uswap::host;
 
 pub const HELP: &str = "\
@@ -26,22 +26,8 @@ Examples:
 /// `uswap doctor` options: those of `uswap run` that decide whether it can start.
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
-    /// The budget the run will have [default: 256M]: checked against the memory
-    /// cgroup's limit and the swap place's room.
-    #[arg(long, value_name = "SIZE", default_value = "256M", hide_default_value = true,
-          value_parser = bench::parse_size_arg)]
-    pub budget: u64,
-    /// The run's swap file place: a directory, a new file, or a block device [default:
-    /// an unlinked file in $TMPDIR].
-    #[arg(long, value_name = "PATH")]
-    pub swap_file: Option<PathBuf>,
-    /// The run's cap on its swap file: SIZE, or N% of its filesystem's free space
-    /// [default: 50%].
-    #[arg(long, value_name = "SIZE|N%")]
-    pub max_swap: Option<uswap::MaxSwap>,
-    /// The run encrypts what goes to the swap file.
-    #[arg(long)]
-    pub encrypt: bool,
+    #[command(flatten)]
+    pub place: crate::PlaceArgs,
     #[command(flatten)]
     pub tiers: tier::TierArgs,
 }
@@ -386,8 +372,8 @@ fn check_swap_place(args: &DoctorArgs) -> Check {
             format!("no swap file with --tier {}", args.tiers.tier.name()),
         );
     }
-    let given = args.swap_file.as_deref();
-    let max = args.max_swap.unwrap_or(uswap::MaxSwap::DEFAULT);
+    let given = args.place.swap_file.as_deref();
+    let max = args.place.max_swap.unwrap_or(uswap::MaxSwap::DEFAULT);
     let fix_place = || {
         vec![format!(
             "give --swap-file a directory on a disk filesystem that takes O_DIRECT (ext4, \
@@ -434,13 +420,13 @@ fn check_swap_place(args: &DoctorArgs) -> Check {
             fix_place(),
         );
     }
-    if cap < args.budget {
+    if cap < args.place.budget {
         return Check::bad(
             Level::Warn,
             WHAT,
             format!(
                 "{found}: less than the budget ({}); once full, pages stay in RAM over the budget",
-                uswap::format_size(args.budget)
+                uswap::format_size(args.place.budget)
             ),
             vec![
                 "free space there, raise --max-swap, or choose a bigger place with --swap-file"
@@ -566,7 +552,7 @@ fn check_memlock(io_uring_failed_enomem: bool) -> Check {
     let shown = bytes.map_or(soft, uswap::format_size);
     let found = format!(
         "RLIMIT_MEMLOCK {shown} (io_uring's rings count against it before Linux 5.12; \
-         memory a program locks stays resident, inside the budget)"
+         memory a program locks stays resident, outside the budget)"
     );
     if io_uring_failed_enomem {
         return Check::bad(
@@ -605,18 +591,18 @@ fn check_pool(args: &DoctorArgs, explained: bool) -> Check {
         return Check::bad(Level::Fail, WHAT, e, vec!["correct the options".into()]);
     }
     let b = run::pool_builder(
-        args.budget,
+        args.place.budget,
         &args.tiers,
-        args.encrypt,
-        args.swap_file.as_deref(),
-        args.max_swap,
+        args.place.encrypt,
+        args.place.swap_file.as_deref(),
+        args.place.max_swap,
     );
     match b.build() {
         Ok(pool) => Check::ok(
             WHAT,
             format!(
                 "a pool with a {} budget starts (tier {}; swap: {})",
-                uswap::format_size(args.budget),
+                uswap::format_size(args.place.budget),
                 args.tiers.tier.name(),
                 pool.swap_place()
             ),
@@ -649,7 +635,7 @@ pub fn main(args: DoctorArgs) -> i32 {
         check_features(&uffd, &facts),
         io_uring,
         check_swap_place(&args),
-        check_memcg(args.budget),
+        check_memcg(args.place.budget),
         check_thp(),
         check_memlock(io_uring_errno == Some(libc::ENOMEM)),
         check_preload(),

@@ -77,19 +77,16 @@ enum Command {
 }
 
 /// `uswap run` options (the command is in `run.rs`).
+/// The budget and the swap place of a run: options of `uswap run` that `uswap doctor`
+/// checks too.
 #[derive(Debug, Args)]
-pub struct RunArgs {
+pub struct PlaceArgs {
     /// Resident budget for the program's uswap memory [default: 256M]. In a memory cgroup
     /// (a container), uswap also stays under the room the cgroup leaves it: its limit less
     /// what the program holds itself, read every 5 ms.
     #[arg(long, value_name = "SIZE", default_value = "256M", hide_default_value = true,
           value_parser = bench::parse_size_arg)]
     pub budget: u64,
-    /// Use the memory cgroup's whole room instead of --budget: its limit less what the
-    /// program holds itself, followed as that changes (kernel swap in a container does
-    /// the same). The cgroup (e.g. a container's) must have a limit.
-    #[arg(long, conflicts_with = "against")]
-    pub fill_memcg: bool,
     /// Swap file place: a directory, a new file, or a block device [default: an unlinked file
     /// in $TMPDIR].
     #[arg(long, value_name = "PATH")]
@@ -105,6 +102,17 @@ pub struct RunArgs {
     /// start and never writes anywhere).
     #[arg(long)]
     pub encrypt: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub place: PlaceArgs,
+    /// Use the memory cgroup's whole room instead of --budget: its limit less what the
+    /// program holds itself, followed as that changes (kernel swap in a container does
+    /// the same). The cgroup (e.g. a container's) must have a limit.
+    #[arg(long, conflicts_with = "against")]
+    pub fill_memcg: bool,
     /// Swap unit: 4k, 2m or auto [default: auto: 2 MiB units out, and in where the access
     /// is sequential; 4 KiB pages in for random access].
     #[arg(long, value_enum, value_name = "UNIT", ignore_case = true, default_value_t = bench::Unit::Auto,

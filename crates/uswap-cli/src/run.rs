@@ -120,14 +120,14 @@ pub(crate) fn check(args: &RunArgs) -> Result<(PathBuf, u64), i32> {
             }
         }
     } else {
-        args.budget
+        args.place.budget
     };
     let b = pool_builder(
         budget,
         &args.tiers,
-        args.encrypt,
-        args.swap_file.as_deref(),
-        args.max_swap,
+        args.place.encrypt,
+        args.place.swap_file.as_deref(),
+        args.place.max_swap,
     );
     let keep_free = match b.build() {
         Ok(pool) => {
@@ -179,22 +179,22 @@ pub(crate) fn child_args(args: &RunArgs) -> Vec<OsString> {
     let mut v: Vec<OsString> = vec![
         "run".into(),
         "--budget".into(),
-        args.budget.to_string().into(),
+        args.place.budget.to_string().into(),
         "--unit".into(),
         args.unit.name().into(),
         "--threshold".into(),
         args.threshold.to_string().into(),
     ];
-    if let Some(p) = &args.swap_file {
+    if let Some(p) = &args.place.swap_file {
         v.push("--swap-file".into());
         v.push(p.clone().into_os_string());
     }
-    if let Some(m) = args.max_swap {
+    if let Some(m) = args.place.max_swap {
         v.push("--max-swap".into());
         v.push(m.to_string().into());
     }
     v.extend(args.tiers.to_cli_args().into_iter().map(OsString::from));
-    if args.encrypt {
+    if args.place.encrypt {
         v.push("--encrypt".into());
     }
     match &args.stats {
@@ -256,12 +256,15 @@ pub fn main(args: RunArgs) -> i32 {
             "USWAP_BUDGET",
             match args.fill_memcg {
                 true => "auto".to_string(),
-                false => args.budget.to_string(),
+                false => args.place.budget.to_string(),
             },
         )
         .env("USWAP_UNIT", args.unit.name())
         .env("USWAP_THRESHOLD", args.threshold.to_string())
-        .env("USWAP_ENCRYPT", if args.encrypt { "on" } else { "off" })
+        .env(
+            "USWAP_ENCRYPT",
+            if args.place.encrypt { "on" } else { "off" },
+        )
         .env("USWAP_KEEP_FREE", keep_free.to_string())
         .envs(args.tiers.env())
         .env("USWAP_ROOT_PID", std::process::id().to_string());
@@ -279,11 +282,11 @@ pub fn main(args: RunArgs) -> i32 {
         (Some((_, true)), Some(exe)) => cmd.env("USWAP_SKIP_EXE", exe),
         _ => cmd.env_remove("USWAP_SKIP_EXE"),
     };
-    match &args.swap_file {
+    match &args.place.swap_file {
         Some(p) => cmd.env("USWAP_SWAP_FILE", p),
         None => cmd.env_remove("USWAP_SWAP_FILE"),
     };
-    match args.max_swap {
+    match args.place.max_swap {
         Some(m) => cmd.env("USWAP_MAX_SWAP", m.to_string()),
         None => cmd.env_remove("USWAP_MAX_SWAP"),
     };

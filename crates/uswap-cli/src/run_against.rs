@@ -127,7 +127,7 @@ fn side_command(args: &RunArgs, side: Side) -> Result<Command, String> {
         c
     };
     cmd.env("USWAP_AGAINST_SIDE", side.name())
-        .env("USWAP_AGAINST_BUDGET", args.budget.to_string())
+        .env("USWAP_AGAINST_BUDGET", args.place.budget.to_string())
         .stdin(Stdio::null());
     Ok(cmd)
 }
@@ -258,9 +258,9 @@ fn compare(args: &RunArgs) -> Result<i32, String> {
     let command = command_line();
     // Before looking at the machine: undo what a killed earlier run left.
     let h = crate::harness::start(&command)?;
-    let limit = args.budget + args.against_allowance;
+    let limit = args.place.budget + args.against_allowance;
     let repeat = args.repeat.max(1);
-    let dir = kswap::swap_dir(args.swap_file.as_deref());
+    let dir = kswap::swap_dir(args.place.swap_file.as_deref());
     let mut ks = KernelSwap::setup(kind, &dir, args.against_swap, false, None)?;
     let kernel_swap = json!({
         "kind": kind.name(),
@@ -276,7 +276,7 @@ fn compare(args: &RunArgs) -> Result<i32, String> {
          memcg limit {} (cgroup {} at {})",
         kind.name(),
         repeat,
-        fmt_size(args.budget),
+        fmt_size(args.place.budget),
         fmt_size(args.against_allowance),
         fmt_size(limit),
         h.version.name(),
@@ -419,7 +419,7 @@ fn compare(args: &RunArgs) -> Result<i32, String> {
         "program": args.program.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
         "against": kind.name(),
         "direct": args.direct,
-        "budget": args.budget,
+        "budget": args.place.budget,
         "unit": args.unit.name(),
         "allowance": args.against_allowance,
         "memcg_limit": limit,
