@@ -317,7 +317,8 @@ impl Frames {
                 .map(|_| AtomicU8::new(0))
                 .collect(),
             huge_site: (0..units).map(|_| AtomicU8::new(0)).collect(),
-            warm: Mutex::new(Vec::new()),
+            // never grown: a fault in a signal handler gives frames back here
+            warm: Mutex::new(Vec::with_capacity(warm_cap)),
             warm_cap,
             warm_huge: Mutex::new(Vec::new()),
             warm_huge_cap: AtomicUsize::new(0),
@@ -394,10 +395,13 @@ impl Frames {
         got
     }
 
-    /// One 4 KiB frame.
+    /// One 4 KiB frame. Allocates no memory of the process: an in-thread fault takes
+    /// one, in a program's signal handler that may have interrupted malloc itself.
     pub(crate) fn alloc_one(&self, site: Site) -> Option<usize> {
-        let mut v = Vec::with_capacity(1);
-        (self.alloc(1, &mut v, site) == 1).then(|| v[0].0)
+        let (first, _) = self.small.map().alloc_run(1)?;
+        self.small_site[first].store(site as u8, Relaxed);
+        self.in_use.fetch_add(1, Relaxed);
+        Some(self.small.base + first * PAGE_SIZE)
     }
 
     /// One 2 MiB frame (THP-backed once populated) for a whole unit; all its pages
@@ -475,6 +479,12 @@ impl Frames {
     }
 
     fn give_back(&self, zapper: &Zapper, pages: &[usize], keep_warm: bool) {
+        if let &[a] = pages {
+            if self.small.contains(a) {
+                self.give_back_small(a, keep_warm);
+                return;
+            }
+        }
         let mut zap: Vec<(usize, usize)> = Vec::new();
         let mut small: Vec<usize> = Vec::new();
         let mut huge: Vec<usize> = Vec::new();
@@ -541,6 +551,34 @@ impl Frames {
             self.double_frees.fetch_add(twice as u64, Relaxed);
         }
         self.in_use.fetch_sub(pages.len() as u64, Relaxed);
+    }
+
+    /// [`Frames::give_back`] of one 4 KiB frame, allocating no memory of the process:
+    /// an in-thread fault gives its frame back, in a program's signal handler that may
+    /// have interrupted malloc.
+    fn give_back_small(&self, a: usize, keep_warm: bool) {
+        let i = self.small.index(a);
+        // as in `give_back`: given back twice
+        if self.is_warm(i) || !self.small.map().is_used(i) {
+            self.double_frees.fetch_add(1, Relaxed);
+        } else if !(keep_warm && self.warm_cap > 0 && self.keep_warm(i, a)) {
+            crate::sys::mem::zap_now(a, PAGE_SIZE);
+            let twice = self.small.map().release(i, 1);
+            self.double_frees.fetch_add(twice as u64, Relaxed);
+        }
+        self.in_use.fetch_sub(1, Relaxed);
+    }
+
+    /// Keeps 4 KiB frame `i` (at `a`) warm if the stash has room (its capacity is made
+    /// ahead: no allocation).
+    fn keep_warm(&self, i: usize, a: usize) -> bool {
+        let mut w = self.warm_list();
+        if w.len() >= self.warm_cap {
+            return false;
+        }
+        self.small_site[i].store(Site::Warm as u8, Relaxed);
+        w.push(a);
+        true
     }
 
     /// Let the 2 MiB stash hold one more frame (its charge made by the caller).

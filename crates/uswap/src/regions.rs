@@ -180,6 +180,8 @@ pub(crate) fn create(
     let mut g = e.regions.table.write().unwrap_or_else(|p| p.into_inner());
     g.by_addr.insert(base, r.clone());
     g.by_id.insert(id, r.clone());
+    drop(g);
+    crate::reclaim::reserve_lru(e, len / UNIT_SIZE);
     Ok(r)
 }
 

@@ -362,7 +362,7 @@ fn fault(e: &Engine, r: &Arc<RegionInner>, page: u64, write: bool) -> bool {
             },
         },
     }
-    crate::reclaim::lru_add(e, r, page, &u);
+    crate::reclaim::lru_add_in_place(e, r, page, &u);
     true
 }
 

@@ -108,6 +108,28 @@ pub(crate) fn lru_add(e: &Engine, r: &RegionInner, page: u64, u: &UnitPages) {
     }
 }
 
+/// [`lru_add`] for a fault served in the faulting thread, which may be a program's
+/// signal handler that interrupted malloc: never grows the list (an allocation would
+/// wait for the allocator's lock that thread holds). The list has room for every unit
+/// of the regions made (`reserve_lru`); a unit that finds it full all the same stays
+/// off it until a later fault of its own.
+pub(crate) fn lru_add_in_place(e: &Engine, r: &RegionInner, page: u64, u: &UnitPages) {
+    let unit = r.unit_of(page);
+    if u.resident == 0 || unit.on_lru.load(Relaxed) {
+        return;
+    }
+    let mut lru = e.lists.lru();
+    if lru.len() < lru.capacity() && !unit.on_lru.swap(true, Relaxed) {
+        let key = ((r.id as u64) << 32) | (page / UNIT_PAGES as u64);
+        lru.push_back(key);
+    }
+}
+
+/// Room on the reclaim list for `units` more units (a region is made).
+pub(crate) fn reserve_lru(e: &Engine, units: usize) {
+    e.lists.lru().reserve(units);
+}
+
 /// A clean copy joins the tail of the inactive list.
 pub(crate) fn push_inactive(e: &Engine, region: u32, page: u64, slot: Slot) {
     e.lists

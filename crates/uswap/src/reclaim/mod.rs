@@ -14,7 +14,9 @@
 mod evict;
 mod lists;
 
-pub(crate) use lists::{lru_add, note_refault, push_inactive, ReclaimLists};
+pub(crate) use lists::{
+    lru_add, lru_add_in_place, note_refault, push_inactive, reserve_lru, ReclaimLists,
+};
 
 use crate::budget::Room;
 use crate::engine::Engine;
