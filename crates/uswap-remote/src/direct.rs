@@ -269,31 +269,68 @@ impl DirectReads {
 
     /// Reads `id` and waits for it, on this thread: the direct path, or the runtime's
     /// (which retries for up to `retry_for`) when the direct path hands it on. For a caller
-    /// that cannot sleep in a ring: a fault served in the faulting thread itself. Use one
-    /// `DirectReads` either this way or through `get_batch`, not both. For up to `poll`
-    /// the sockets are looked at without sleeping, the CPU given to any other runnable
-    /// thread between looks: a reply that arrives meanwhile costs no wake-up.
+    /// that cannot sleep in a ring. Use one `DirectReads` either this way or through
+    /// `get_batch`, not both. For up to `poll` the sockets are looked at without sleeping,
+    /// the CPU given to any other runnable thread between looks: a reply that arrives
+    /// meanwhile costs no wake-up.
     pub fn get_blocking(&mut self, id: u64, poll: Duration) -> Result<Vec<u8>, RemoteError> {
-        let token = self.next_blocking;
-        self.next_blocking += 1;
+        self.get_all_blocking(&[id], poll)
+            .pop()
+            .expect("one result per id")
+    }
+
+    /// Reads every id of `ids` at once and waits for them all, as
+    /// [`DirectReads::get_blocking`]: their results in the order of `ids`.
+    pub fn get_all_blocking(
+        &mut self,
+        ids: &[u64],
+        poll: Duration,
+    ) -> Vec<Result<Vec<u8>, RemoteError>> {
+        let first = self.next_blocking;
+        self.next_blocking += ids.len() as u64;
         let cfg = &self.shared().cfg;
         let bound = cfg.retry_for + 2 * cfg.op_timeout;
         let started = Instant::now();
-        self.get_batch(vec![(token, id)]);
+        let mut results: Vec<Option<Result<Vec<u8>, RemoteError>>> =
+            ids.iter().map(|_| None).collect();
+        let mut unanswered = ids.len();
+        self.get_batch(
+            ids.iter()
+                .enumerate()
+                .map(|(k, &id)| (first + k as u64, id))
+                .collect(),
+        );
         let mut done = Vec::new();
         let mut tokens = Vec::new();
         loop {
             self.poll_completions(&mut done);
-            // completions of earlier calls that gave up waiting are dropped
-            if let Some(c) = done.drain(..).find(|c| c.token == token) {
-                return c.result.map(Option::unwrap_or_default);
+            for c in done.drain(..) {
+                // completions of earlier calls that gave up waiting are dropped
+                let Some(k) = c.token.checked_sub(first).filter(|&k| k < ids.len() as u64) else {
+                    continue;
+                };
+                let r = &mut results[k as usize];
+                if r.is_none() {
+                    *r = Some(c.result.map(Option::unwrap_or_default));
+                    unanswered -= 1;
+                }
             }
-            let Some(left) = bound.checked_sub(started.elapsed()) else {
-                return Err(RemoteError::Unavailable {
-                    waited: started.elapsed(),
-                    attempts: 1,
-                    last: "no answer from the direct path nor the runtime".into(),
-                });
+            let Some(left) = bound
+                .checked_sub(started.elapsed())
+                .filter(|_| unanswered > 0)
+            else {
+                return results
+                    .into_iter()
+                    .map(|r| {
+                        r.unwrap_or_else(|| {
+                            Err(RemoteError::Unavailable {
+                                waited: started.elapsed(),
+                                attempts: 1,
+                                last: "no answer from the direct path nor the runtime".into(),
+                            })
+                        })
+                    })
+                    .collect();
             };
             if self.owed() == 0 {
                 self.client.wait_completions(&mut done, left);

@@ -302,7 +302,10 @@ impl Drop for RoomWaiter<'_> {
     }
 }
 
-fn spawn_named(name: String, body: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
+pub(crate) fn spawn_named(
+    name: String,
+    body: impl FnOnce() + Send + 'static,
+) -> Result<JoinHandle<()>> {
     let what = name.clone();
     std::thread::Builder::new()
         .name(name)

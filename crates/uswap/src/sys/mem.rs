@@ -3,7 +3,7 @@
 use crate::error::{Error, Result};
 use crate::{PAGE_SIZE, UNIT_SIZE};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 use std::sync::{Mutex, RwLock};
 
 /// Map `len` bytes of anonymous private memory aligned to 2 MiB (no reserve), with
@@ -373,6 +373,52 @@ pub(crate) fn drain_eventfd(fd: RawFd) {
     let mut v: u64 = 0;
     // SAFETY: reads 8 bytes into a live u64 from a non-blocking eventfd.
     unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+}
+
+/// Sleeps until eventfd `fd` has a count (or a signal or error ends the wait), then
+/// consumes it.
+pub(crate) fn wait_eventfd(fd: RawFd) {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll(2) on one live pollfd, without a time limit.
+    unsafe { libc::poll(&mut p, 1, -1) };
+    drain_eventfd(fd);
+}
+
+/// Sleeps while `word` holds `expected`, for at most `timeout` (or until a wake-up, a
+/// signal). Async-signal-safe: one system call, nothing allocated or locked.
+pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, timeout: std::time::Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: FUTEX_WAIT on a live, aligned u32 (an AtomicU32's storage) with a live
+    // relative timespec; the kernel only reads them.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            &ts as *const libc::timespec,
+        )
+    };
+}
+
+/// Wakes every thread in `futex_wait` on `word`.
+pub(crate) fn futex_wake(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE on a live, aligned u32; the kernel does not touch its value.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            i32::MAX,
+        )
+    };
 }
 
 /// Whether nobody holds the other end of pipe `fd` any more (poll reports hang-up).

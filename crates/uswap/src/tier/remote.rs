@@ -27,9 +27,12 @@ use crate::tier::{Op, OpKind};
 use crate::PAGE_SIZE;
 use crate::{UnitPolicy, UNIT_PAGES};
 use std::collections::HashMap;
-use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::Mutex;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 use uswap_remote::{
     ChildHold, Completion, DirectReads, Inheritance, RemoteClient, RemoteConfig, RemoteStore,
 };
@@ -47,6 +50,13 @@ pub(crate) struct Remote {
     /// Forked children by token: their stores' prefixes (what they did not delete
     /// themselves goes when they and their descendants are gone).
     children: Mutex<HashMap<u64, uswap_remote::layout::Prefix>>,
+    /// Reads of faults served in the faulting thread, done on the reader thread.
+    handoff: Arc<Handoff>,
+    /// The reader thread (none once closed, or in a forked child until it connects).
+    reader: Mutex<Option<JoinHandle<()>>>,
+    /// The longest a reader's read may take (the store's retries included): a faulting
+    /// thread waits no longer.
+    read_bound: Duration,
 }
 
 /// The store id of a whole-unit value (ids below are single pages' slots).
@@ -113,13 +123,20 @@ pub(crate) fn connect(nodes: &str) -> Result<Remote> {
     if std::env::var_os("USWAP_REMOTE_COMPRESS").is_some_and(|v| v == "off") {
         cfg.compress = false;
     }
+    // the reader's own bound, and time for its thread to come round to the read
+    let read_bound = cfg.retry_for + 2 * cfg.op_timeout + Duration::from_secs(5);
     let store = RemoteStore::connect(cfg).map_err(remote_err)?;
+    let handoff = Arc::new(Handoff::new()?);
+    let reader = start_reader(&handoff, &store)?;
     Ok(Remote {
         store: Mutex::new(Some(store)),
         dead: AtomicBool::new(false),
         units: Mutex::new(Units::default()),
         forking: Mutex::new(None),
         children: Mutex::new(HashMap::new()),
+        handoff,
+        reader: Mutex::new(Some(reader)),
+        read_bound,
     })
 }
 
@@ -163,71 +180,30 @@ impl Remote {
         }
     }
 
-    /// Reads slot `s`'s page into `page`, waiting for it on the calling thread: for a fault
-    /// served in the faulting thread (`fault::in_thread`), which has no ring to sleep in.
-    /// Each thread keeps its own connections to the primaries (per store), so a read
-    /// costs its round trip and no wake-up of another thread; the reply is polled for up
-    /// to `poll` before the thread sleeps (`PoolBuilder::own_read_poll_us`). False: not
-    /// read (no store, the value is lost or damaged, or the cluster did not answer in
-    /// time).
-    pub(crate) fn read_blocking(
-        &self,
-        s: Slot,
-        page: &mut [u8],
-        poll: std::time::Duration,
-    ) -> bool {
-        thread_local! {
-            /// By store id: this thread's direct reads.
-            static READERS: std::cell::RefCell<HashMap<u64, DirectReads>> =
-                std::cell::RefCell::new(HashMap::new());
-        }
-        if self.dead.load(Relaxed) {
+    /// Reads slot `s`'s page into `page` for a fault served in the faulting thread
+    /// (`fault::in_thread`), which may be a program's signal handler that interrupted
+    /// anything, malloc included: the read is handed to the reader thread ([`Handoff`])
+    /// and waited for without allocating. The reply is polled for up to `poll` before the
+    /// thread sleeps (`PoolBuilder::own_read_poll_us`). False: not read (no store, the
+    /// value is lost or damaged, or the cluster did not answer in time).
+    pub(crate) fn read_blocking(&self, s: Slot, page: &mut [u8], poll: Duration) -> bool {
+        if self.dead.load(Relaxed) || page.len() > PAGE_SIZE {
             return false;
         }
         let (id, at) = match self.units().holder(s) {
             Some(head) => (UNIT_ID | head, (s - head) as usize * PAGE_SIZE),
             None => (s, 0),
         };
-        let Some(key) = self.store().as_ref().map(|s| s.id()) else {
-            return false;
-        };
-        // made only when the thread has none for this store: a blocking client (no
-        // eventfd), whose fallback completions the reader waits for
-        let new_reader = || {
-            let store = self.store();
-            Some(store.as_ref()?.client(None).ok()?.reader())
-        };
-        let want = if id & UNIT_ID != 0 {
-            UNIT_PAGES * PAGE_SIZE
-        } else {
-            page.len()
-        };
-        let mut read = |d: &mut DirectReads| match d.get_blocking(id, poll) {
-            Ok(bytes) if bytes.len() == want => {
-                page.copy_from_slice(&bytes[at..at + page.len()]);
-                true
-            }
-            _ => false,
-        };
-        // The thread's reader, if this thread can use it now: not while a fault on it
-        // is being served already (a signal handler that touched such a page during a
-        // read), nor once the thread's locals are gone (exit). Else a reader for this
-        // one read.
-        let kept = READERS.try_with(|r| {
-            let Ok(mut r) = r.try_borrow_mut() else {
-                return None;
-            };
-            // readers of stores closed since go, with their connections
-            r.retain(|_, d| !d.is_closed());
-            let d = match r.entry(key) {
-                std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
-                std::collections::hash_map::Entry::Vacant(v) => v.insert(new_reader()?),
-            };
-            Some(read(d))
-        });
-        match kept {
-            Ok(Some(done)) => done,
-            _ => new_reader().is_some_and(|mut d| read(&mut d)),
+        self.handoff.read(id, at, page, poll, self.read_bound)
+    }
+
+    /// Stops the reader thread (waiting for its read in progress).
+    fn stop_reader(&self) {
+        let reader = self.reader.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(reader) = reader {
+            self.handoff.stop.store(true, SeqCst);
+            crate::sys::mem::signal_eventfd(self.handoff.event.as_raw_fd());
+            let _ = reader.join();
         }
     }
 
@@ -296,6 +272,14 @@ impl Remote {
         if let Some(s) = self.store().take() {
             std::mem::forget(s);
         }
+        // The reader thread is not in the child (its handle names a thread of the parent),
+        // and no read was asked of it when the fork came: SIGBUS handlers had left.
+        std::mem::forget(self.reader.lock().unwrap_or_else(|p| p.into_inner()).take());
+        if let Err(err) = self.handoff.reset() {
+            // no reader will start: in-thread faults on this tier fail, none waits
+            self.handoff.stop.store(true, SeqCst);
+            say!("uswap: after fork: {err}");
+        }
     }
 
     /// In a forked child, before its engine threads start: a store of its own, which
@@ -309,9 +293,13 @@ impl Remote {
         else {
             return;
         };
-        match RemoteStore::connect_child(inh) {
-            Ok(store) => {
+        let connected = RemoteStore::connect_child(inh)
+            .map_err(remote_err)
+            .and_then(|store| Ok((start_reader(&self.handoff, &store)?, store)));
+        match connected {
+            Ok((reader, store)) => {
                 *self.store() = Some(store);
+                *self.reader.lock().unwrap_or_else(|p| p.into_inner()) = Some(reader);
                 self.dead.store(false, Relaxed);
             }
             Err(err) => say!(
@@ -331,6 +319,7 @@ impl Remote {
                 ids: slots.into_iter().map(|s| self.id_of(s)).collect(),
             })
             .collect();
+        self.stop_reader();
         if let Some(s) = self.store().take() {
             if let Err(err) = s.close_with(&holds) {
                 say!("uswap: {err}");
@@ -343,6 +332,229 @@ impl Drop for Remote {
     fn drop(&mut self) {
         self.close(Vec::new());
     }
+}
+
+/// Reads for faults served in the faulting thread, asked of the tier's reader thread.
+///
+/// Such a fault may come from a program's signal handler that interrupted its thread
+/// anywhere: inside malloc, holding an arena lock. A read of the cluster on that thread
+/// (connections, request and reply buffers, the store's live set, the runtime as its
+/// fallback) allocates, and waited for that lock for good (issue 40). So the faulting
+/// thread only claims one of a fixed set of asks with atomics, wakes the reader through
+/// an eventfd, and waits on the ask's state word (polled, then a futex): no allocation,
+/// no lock of the store, and nothing per thread to set up (any program thread may fault,
+/// first in a handler, or while its thread-locals are being destroyed). The reader, an
+/// engine thread with the program's signals held, reads with the same direct path the
+/// faulting thread used to, and copies the page into the ask's buffer.
+struct Handoff {
+    asks: Box<[Ask]>,
+    /// The reader sleeps on it; a faulting thread signals it after its ask.
+    event: OwnedFd,
+    /// The reader thread ends (the pool closes).
+    stop: AtomicBool,
+    /// How long the reader polls its sockets before it sleeps (`own_read_poll_us`).
+    poll_us: AtomicU64,
+}
+
+/// One read asked of the reader. Its `state` says whose it is:
+/// FREE → (faulting thread) CLAIMED → ASKED → (reader) TAKEN → DONE / FAILED →
+/// (faulting thread) FREE. A faulting thread that stops waiting turns ASKED or TAKEN into
+/// ABANDONED, which the reader turns into FREE.
+struct Ask {
+    state: AtomicU32,
+    /// The store id of the value.
+    id: AtomicU64,
+    /// Where the page is in the value (a whole unit's holds 512).
+    at: AtomicUsize,
+    /// The page read (the reader writes it before DONE, the faulting thread reads it
+    /// after; never both at once).
+    page: Mutex<Box<[u8]>>,
+}
+
+const FREE: u32 = 0;
+const CLAIMED: u32 = 1;
+const ASKED: u32 = 2;
+const TAKEN: u32 = 3;
+const DONE: u32 = 4;
+const FAILED: u32 = 5;
+const ABANDONED: u32 = 6;
+
+/// Reads asked at once, at most: one per thread in a fault (a fault's thread holds its
+/// asynchronous signals, so it never asks twice); more threads wait for a free ask.
+const ASKS: usize = 64;
+
+impl Handoff {
+    fn new() -> Result<Handoff> {
+        Ok(Handoff {
+            asks: (0..ASKS)
+                .map(|_| Ask {
+                    state: AtomicU32::new(FREE),
+                    id: AtomicU64::new(0),
+                    at: AtomicUsize::new(0),
+                    page: Mutex::new(vec![0u8; PAGE_SIZE].into_boxed_slice()),
+                })
+                .collect(),
+            event: crate::sys::mem::eventfd()?,
+            stop: AtomicBool::new(false),
+            poll_us: AtomicU64::new(0),
+        })
+    }
+
+    /// In a forked child: no reader yet, every ask free (none was asked at the fork),
+    /// and an eventfd of its own. The one inherited is the parent's too: each process's
+    /// reader would consume the others' wake-ups and leave their asks waiting.
+    fn reset(&self) -> Result<()> {
+        for a in self.asks.iter() {
+            a.state.store(FREE, SeqCst);
+        }
+        let fresh = crate::sys::mem::raw_eventfd().map_err(|source| Error::Sys {
+            op: "eventfd",
+            source,
+        })?;
+        crate::sys::mem::replace_fd(fresh, self.event.as_raw_fd());
+        self.stop.store(false, SeqCst);
+        Ok(())
+    }
+
+    /// The faulting thread's side: asks for the page at `at` of value `id`, waits for it
+    /// (at most `bound`) and copies it into `page`. Allocates nothing and takes no lock
+    /// another thread may hold while it waits for this one.
+    fn read(&self, id: u64, at: usize, page: &mut [u8], poll: Duration, bound: Duration) -> bool {
+        let started = Instant::now();
+        let ask = loop {
+            if self.stop.load(SeqCst) || started.elapsed() > bound {
+                return false;
+            }
+            let free = self.asks.iter().find(|a| {
+                a.state
+                    .compare_exchange(FREE, CLAIMED, Acquire, Relaxed)
+                    .is_ok()
+            });
+            match free {
+                Some(a) => break a,
+                None => {
+                    // every ask in use: have the reader free those given up on
+                    crate::sys::mem::signal_eventfd(self.event.as_raw_fd());
+                    std::thread::sleep(Duration::from_micros(20));
+                }
+            }
+        };
+        ask.id.store(id, Relaxed);
+        ask.at.store(at, Relaxed);
+        self.poll_us.store(poll.as_micros() as u64, Relaxed);
+        ask.state.store(ASKED, Release);
+        crate::sys::mem::signal_eventfd(self.event.as_raw_fd());
+        loop {
+            let state = ask.state.load(Acquire);
+            if state == DONE || state == FAILED {
+                let good = state == DONE;
+                if good {
+                    let bytes = ask.page.lock().unwrap_or_else(|p| p.into_inner());
+                    page.copy_from_slice(&bytes[..page.len()]);
+                }
+                ask.state.store(FREE, Release);
+                return good;
+            }
+            let waited = started.elapsed();
+            if waited > bound || self.stop.load(SeqCst) {
+                // the reader frees it when (if) it finishes
+                if ask
+                    .state
+                    .compare_exchange(state, ABANDONED, AcqRel, Acquire)
+                    .is_ok()
+                {
+                    return false;
+                }
+                continue;
+            }
+            if waited < poll {
+                std::thread::yield_now();
+            } else {
+                crate::sys::mem::futex_wait(&ask.state, state, Duration::from_millis(100));
+            }
+        }
+    }
+
+    /// The reader thread's side: ends an ask it took (`page`: the bytes read, if any).
+    fn finish(&self, ask: &Ask, page: Option<&[u8]>) {
+        if let Some(bytes) = page {
+            ask.page
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .copy_from_slice(bytes);
+        }
+        let end = if page.is_some() { DONE } else { FAILED };
+        if ask
+            .state
+            .compare_exchange(TAKEN, end, AcqRel, Acquire)
+            .is_err()
+        {
+            // abandoned meanwhile: nobody waits for it
+            ask.state.store(FREE, Release);
+        }
+        crate::sys::mem::futex_wake(&ask.state);
+    }
+}
+
+/// Starts the reader thread of `handoff` on `store`: it sleeps until asked, takes every
+/// read asked, reads them at once on its own connections (`DirectReads`, the store's
+/// runtime as their fallback), and ends each.
+fn start_reader(handoff: &Arc<Handoff>, store: &RemoteStore) -> Result<JoinHandle<()>> {
+    let client = store.client(None).map_err(remote_err)?;
+    let h = handoff.clone();
+    crate::threads::spawn_named("uswap-remote-reader".into(), move || {
+        let mut reader: DirectReads = client.reader();
+        let mut taken: Vec<(usize, u64)> = Vec::with_capacity(ASKS);
+        let mut ids: Vec<u64> = Vec::with_capacity(ASKS);
+        loop {
+            crate::sys::mem::wait_eventfd(h.event.as_raw_fd());
+            if h.stop.load(SeqCst) {
+                return;
+            }
+            loop {
+                taken.clear();
+                for (k, a) in h.asks.iter().enumerate() {
+                    match a.state.load(Acquire) {
+                        ASKED
+                            if a.state
+                                .compare_exchange(ASKED, TAKEN, AcqRel, Acquire)
+                                .is_ok() =>
+                        {
+                            taken.push((k, a.id.load(Relaxed)));
+                        }
+                        // asked and given up on before this thread took it
+                        ABANDONED => {
+                            let _ = a.state.compare_exchange(ABANDONED, FREE, AcqRel, Relaxed);
+                        }
+                        _ => {}
+                    }
+                }
+                if taken.is_empty() {
+                    break;
+                }
+                ids.clear();
+                ids.extend(taken.iter().map(|&(_, id)| id));
+                let poll = Duration::from_micros(h.poll_us.load(Relaxed));
+                let results = reader.get_all_blocking(&ids, poll);
+                for (&(k, id), result) in taken.iter().zip(results) {
+                    let a = &h.asks[k];
+                    let want = if id & UNIT_ID != 0 {
+                        UNIT_PAGES * PAGE_SIZE
+                    } else {
+                        PAGE_SIZE
+                    };
+                    let at = a.at.load(Relaxed);
+                    let page = match &result {
+                        Ok(bytes) if bytes.len() == want && at + PAGE_SIZE <= want => {
+                            Some(&bytes[at..at + PAGE_SIZE])
+                        }
+                        _ => None,
+                    };
+                    h.finish(a, page);
+                }
+            }
+        }
+    })
 }
 
 /// A thread's requests to the remote tier in flight.
