@@ -244,7 +244,7 @@ fn configs() -> Vec<Config> {
         Config {
             // Other machines' RAM: a local Redis Cluster (3 primaries, 3 replicas on
             // loopback, started for the round), compressed RAM in front of it, in-thread
-            // regions (their reads on their own connections), signals, thread churn
+            // regions (their reads through the tier's reader thread), signals, thread churn
             // (connections set up and let go), forks (a child reads what it inherited
             // from its ancestors' keys and writes under its own prefix).
             name: "remote",
@@ -782,15 +782,8 @@ fn worker(wd: &World, thread: u8, mut rng: Rng, max_ops: u64) {
         } else {
             op
         };
-        // What this thread's signal handler reads while the operation runs. Not an
-        // in-thread region of the remote tier: a fault there from a signal handler reads
-        // the cluster on this thread, which allocates, and deadlocked on the malloc lock
-        // the interrupted code held (a known defect of that path, issue 40).
-        let touch = if r.in_thread && wd.cfg.tier.is_remote() {
-            0
-        } else {
-            r.region.as_ptr() as usize + rng.below(n) * PAGE_SIZE
-        };
+        // What this thread's signal handler reads while the operation runs.
+        let touch = r.region.as_ptr() as usize + rng.below(n) * PAGE_SIZE;
         SIGNAL_TOUCH.with(|t| t.store(touch, Relaxed));
         match op {
             0 | 8 => {
