@@ -203,6 +203,9 @@ counters! {
         zswpin as "compressed_load_pages",
         /// Pages written back from the compressed tier to the back tier (zswap's zswpwb).
         zswpwb as "compressed_writeback_pages",
+        /// Units written back from the compressed tier packed: their compressed bytes in
+        /// one write, fewer blocks than pages (their pages count in `zswpwb` too).
+        zswpwb_packed_units as "compressed_writeback_packed_units",
         /// Pages that compress poorly: refused by the compressed tier, or stored there as
         /// they are (`zswap_stored_incompressible_pages`).
         zswap_reject_compress,

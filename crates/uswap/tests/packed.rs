@@ -92,6 +92,7 @@ fn packed_units_come_back_exact_in_fewer_blocks() {
                 c.pswpout,
                 c.zswpwb
             );
+            assert_eq!(c.zswpwb_packed_units > 0, packed, "{c:?}");
             assert!(c.pswpin > 0, "units read back: {c:?}");
             assert!(c.peak_used_bytes <= 48 * MIB, "{c:?}");
             // Units read back into frames that evicted units gave back (stale bytes,

@@ -318,6 +318,7 @@ pub(crate) fn write(
         c.release(s);
     }
     r.counters.zswpwb.fetch_add(UNIT_PAGES as u64, Relaxed);
+    r.counters.zswpwb_packed_units.fetch_add(1, Relaxed);
     // `pages` only name the unit (completions lock it) and size the request.
     let pages: Vec<u64> = (first_page..first_page + blocks as u64).collect();
     let mut op = Op::new(OpKind::Write, r.clone(), pages, frames, base);
