@@ -229,15 +229,13 @@ fn stat_follows_a_running_program_until_it_exits() {
     let mut p = Prog::start(&dir, "64M", &[], 256);
     let pid = p.pid;
     p.ask("fill 1", "filled");
-    let filled = stat_until(&dir, pid, 5, |v| field(v, "pswpout") > 0);
+    // 256 MiB written under a 64 MiB budget: most of it went out (the record is
+    // rewritten every 250 ms, so the one read first may be from before the end).
+    let filled = stat_until(&dir, pid, 10, |v| field(v, "slots_used") * 4096 > 128 * MIB);
     assert_eq!(filled["pid"], pid);
     assert_eq!(filled["run"], pid, "the program is its run's first process");
     assert_eq!(field(&filled, "budget_bytes"), 64 * MIB);
-    // 256 MiB written under a 64 MiB budget: most of it went out.
-    assert!(
-        field(&filled, "slots_used") * 4096 > 128 * MIB,
-        "swapped: {filled}"
-    );
+    assert!(field(&filled, "pswpout") > 0, "swapped: {filled}");
     assert!(field(&filled, "resident_bytes") <= 64 * MIB, "{filled}");
     p.ask("check 1", "ok");
     // Reading it all back: pages come in, and the record shows it within its period.
