@@ -5,7 +5,7 @@
 mod common;
 
 use common::{with_deadline, Cluster};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use uswap::{FaultMode, Pool, RegionOptions, TierKind, UnitPolicy};
 
 const MIB: u64 = 1 << 20;
@@ -499,5 +499,123 @@ fn keys_left_by_killed_processes_expire() {
         for (key, ttl) in &left {
             assert!(*ttl > 0, "{key} has no expiry ({ttl})");
         }
+    });
+}
+
+/// What the SIGUSR1 handler of the test below reads: a region's words (0: none), their
+/// count and seed, and what it found.
+static HANDLER_WORDS: AtomicUsize = AtomicUsize::new(0);
+static HANDLER_LEN: AtomicUsize = AtomicUsize::new(0);
+static HANDLER_SEED: AtomicU64 = AtomicU64::new(0);
+static HANDLER_READS: AtomicU64 = AtomicU64::new(0);
+static HANDLER_WRONG: AtomicU64 = AtomicU64::new(0);
+
+/// Reads one word of a page picked by the handler's count (most are swapped out: a major
+/// fault of an in-thread region, served in this handler's thread) and checks it. Nothing
+/// here allocates.
+extern "C" fn read_a_swapped_page(_: libc::c_int) {
+    let (at, len) = (HANDLER_WORDS.load(Relaxed), HANDLER_LEN.load(Relaxed));
+    if at == 0 {
+        return;
+    }
+    let n = HANDLER_READS.fetch_add(1, Relaxed);
+    let i = (mix(n) as usize % (len / 512)) * 512 + (n as usize % 512);
+    // SAFETY: `at` is the first of `len` words of a live region (set while it is in use,
+    // cleared before it is dropped); `i < len`.
+    let w = unsafe { &*(at as *const AtomicU64).add(i) };
+    if w.load(Relaxed) != word(HANDLER_SEED.load(Relaxed), i) {
+        HANDLER_WRONG.fetch_add(1, Relaxed);
+    }
+}
+
+/// Issue 40: a program's signal handler that read an in-thread region on the remote tier
+/// deadlocked when its thread was interrupted inside malloc: the fault read the cluster
+/// on that thread, and that read allocated, waiting for the allocator's lock its own
+/// thread held (the stress test's remote configuration hung in round 11). A thread
+/// allocates and frees blocks past the allocator's per-thread cache (each takes an arena
+/// lock) while another signals it every ~50 µs; its handler reads a swapped page of an
+/// in-thread region. Every byte it reads is checked.
+#[test]
+fn a_signal_handler_reads_in_thread_remote_memory_while_its_thread_allocates() {
+    let _serial = one_at_a_time();
+    with_deadline(120, |t| {
+        let c = Cluster::start(22000);
+        let p = t.pool(
+            Pool::builder()
+                .budget(8 * MIB)
+                .tier(TierKind::Remote)
+                .remote(c.nodes()),
+        );
+        let r = p
+            .region_with(
+                32 * MIB,
+                RegionOptions {
+                    fault_mode: Some(FaultMode::InThread),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        let w = r.as_words();
+        fill(w, 6);
+        t.phase("signals while allocating");
+        // SAFETY: installs a plain handler from a zeroed struct.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = read_a_swapped_page as *const () as usize;
+            sa.sa_flags = libc::SA_RESTART;
+            libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut());
+        }
+        HANDLER_SEED.store(6, Relaxed);
+        HANDLER_LEN.store(w.len(), Relaxed);
+        HANDLER_WORDS.store(w.as_ptr() as usize, Relaxed);
+        let before = p.counters();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            // SAFETY: pthread_self of this thread, signalled only while the scope runs.
+            let me = unsafe { libc::pthread_self() };
+            let stop = &stop;
+            s.spawn(move || {
+                while !stop.load(Relaxed) {
+                    // SAFETY: signals this scope's thread, alive until `stop`.
+                    unsafe { libc::pthread_kill(me, libc::SIGUSR1) };
+                    std::thread::sleep(std::time::Duration::from_micros(50));
+                }
+            });
+            struct Stop<'a>(&'a std::sync::atomic::AtomicBool);
+            impl Drop for Stop<'_> {
+                fn drop(&mut self) {
+                    HANDLER_WORDS.store(0, Relaxed);
+                    self.0.store(true, Relaxed);
+                }
+            }
+            let _stop = Stop(stop);
+            let t0 = std::time::Instant::now();
+            let mut x = 1u64;
+            let mut kept: Vec<Vec<u8>> = Vec::new();
+            while t0.elapsed() < std::time::Duration::from_secs(4)
+                || HANDLER_READS.load(Relaxed) < 2000
+            {
+                // 2-66 KiB: past the per-thread cache (1 KiB), below the mmap threshold
+                x = mix(x);
+                let mut v = Vec::<u8>::with_capacity(2048 + (x as usize % (64 << 10)));
+                v.push(x as u8);
+                kept.push(std::hint::black_box(v));
+                if kept.len() > 16 {
+                    kept.swap_remove(x as usize % kept.len());
+                }
+                assert!(t0.elapsed() < std::time::Duration::from_secs(60));
+            }
+        });
+        let reads = HANDLER_READS.load(Relaxed);
+        let n = p.counters();
+        assert_eq!(HANDLER_WRONG.load(Relaxed), 0, "wrong words read: {n:?}");
+        assert!(reads >= 2000, "the handler read {reads} times");
+        assert!(
+            n.remote_reads - before.remote_reads > 500,
+            "most handler reads fetch from the cluster: {reads} reads, {n:?}"
+        );
+        assert_eq!(n.poisoned, 0, "{n:?}");
+        check(w, 6);
+        drop(r);
     });
 }
