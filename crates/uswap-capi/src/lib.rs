@@ -9,6 +9,12 @@ use std::cell::RefCell;
 use std::ffi::{CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+/// The engine allocates apart from the C program's `malloc`: a program's signal handler
+/// that touches uswap memory while its thread is inside `malloc` must not wait for an
+/// engine thread that waits for `malloc` (`uswap::EngineHeap`).
+#[global_allocator]
+static HEAP: engine::EngineHeap = engine::EngineHeap;
+
 /// Opaque pool handle.
 pub struct UswapPool(Pool);
 /// Opaque region handle.

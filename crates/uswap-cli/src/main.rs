@@ -1,5 +1,10 @@
 //! `uswap`: benchmarks of the user-space swap engine, and running programs under it.
 
+/// The engine's allocations apart from the rest (`uswap::EngineHeap`), as in the C
+/// library and the Python module, so that `bench` measures what they run.
+#[global_allocator]
+static HEAP: uswap::EngineHeap = uswap::EngineHeap;
+
 mod against;
 mod bench;
 mod cgroup;

@@ -13,6 +13,12 @@ mod region;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
+/// The engine allocates apart from the interpreter's and its extensions' `malloc`
+/// (`uswap::EngineHeap`): a C extension's signal handler that touches a region while
+/// its thread is inside `malloc` must not wait for an engine thread that waits for it.
+#[global_allocator]
+static HEAP: uswap::EngineHeap = uswap::EngineHeap;
+
 /// Parse a size such as "256M", "2G", "4k" or 1048576 into bytes (binary units).
 #[pyfunction]
 fn parse_size(size: &Bound<'_, PyAny>) -> PyResult<u64> {

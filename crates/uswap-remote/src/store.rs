@@ -908,6 +908,9 @@ impl Shared {
     }
 }
 
+/// See `RemoteStore::on_runtime_thread_start`.
+static THREAD_START: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
 impl RemoteStore {
     /// Connects to the cluster: probes the seeds (a clear error when none answers, when one is
     /// not a cluster node, when the cluster does not serve, or when the credentials are
@@ -962,6 +965,13 @@ impl RemoteStore {
         });
     }
 
+    /// Run `hook` first on every thread of every store's runtime (workers and blocking
+    /// threads), for the process's life: the engine marks them as its own threads, whose
+    /// allocations come from its heap. Only the first call counts.
+    pub fn on_runtime_thread_start(hook: fn()) {
+        let _ = THREAD_START.set(hook);
+    }
+
     fn connect_with(
         cfg: RemoteConfig,
         prefix: Prefix,
@@ -972,6 +982,11 @@ impl RemoteStore {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(cfg.runtime_threads)
             .thread_name("uswap-remote")
+            .on_thread_start(|| {
+                if let Some(hook) = THREAD_START.get() {
+                    hook();
+                }
+            })
             .enable_all()
             .build()
             .map_err(|e| {

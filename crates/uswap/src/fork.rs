@@ -177,6 +177,9 @@ extern "C" fn atfork_child() {
 
 /// Register the fork hooks once per process.
 pub(crate) fn register_hooks() {
+    // The heap's hooks first: its lock is taken after these quiesce the engine, and
+    // released before the child's engine starts its threads.
+    crate::sys::heap::register_fork_hooks();
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         // SAFETY: registers three `extern "C"` functions without arguments, which

@@ -15,6 +15,11 @@
 //! println!("{:?}", pool.counters());
 //! # Ok::<(), uswap::Error>(())
 //! ```
+//!
+//! A program whose signal handlers touch memory under uswap sets [`EngineHeap`] as its
+//! global allocator, so that the engine never waits for a `malloc` lock a handler's
+//! thread holds (`#[global_allocator] static HEAP: uswap::EngineHeap = uswap::EngineHeap;`;
+//! uswap's C library, Python module and command do).
 
 /// An engine message on stderr: `eprintln!` that never panics. `eprintln!` panics when
 /// stderr is a closed pipe (`prog 2>&1 | head` once `head` has gone), and a panic in
@@ -66,6 +71,8 @@ pub use region::{Region, RegionOptions};
 pub use ring::read_own;
 pub use size::{format_size, parse_size};
 pub use stats::Counters;
+pub use sys::heap;
+pub use sys::heap::EngineHeap;
 /// The file tier's swap file or device (placement, growth), for tools and tests.
 pub use tier::file::SwapFile;
 

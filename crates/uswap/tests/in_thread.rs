@@ -3,6 +3,11 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use uswap::{FaultInjection, FaultMode, Pool, RegionOptions};
 
+/// The engine's allocations apart from the program's, as in uswap's C library and
+/// Python module: these tests' handlers fault while their thread may be in `malloc`.
+#[global_allocator]
+static HEAP: uswap::EngineHeap = uswap::EngineHeap;
+
 const MIB: u64 = 1 << 20;
 const WORDS_PER_PAGE: usize = 512;
 

@@ -207,6 +207,10 @@ fn chain(
 /// Serve a fault at `addr` if it is in an in-thread region of some pool. True: the
 /// access may run again.
 fn serve(addr: usize, write: bool) -> bool {
+    // The interrupted code may be inside `malloc` (a program's handler that faulted):
+    // what this fault allocates (a swap-cache shard's table resized) comes from the
+    // engine's heap.
+    let _inside = crate::sys::heap::Inside::enter();
     let _gate = HandlerGate::enter();
     let engines = ENGINES.lock().unwrap_or_else(|p| p.into_inner());
     let found = engines.iter().find_map(|w| {

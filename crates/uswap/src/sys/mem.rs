@@ -544,6 +544,7 @@ impl SignalsHeld {
         let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
         // SAFETY: blocks signals of this thread with live sets.
         unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old) };
+        super::heap::note_held(true);
         SignalsHeld(old)
     }
 
@@ -556,6 +557,7 @@ impl SignalsHeld {
 
 impl Drop for SignalsHeld {
     fn drop(&mut self) {
+        super::heap::note_held(false);
         // SAFETY: restores this thread's mask from a live set.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut()) };
     }

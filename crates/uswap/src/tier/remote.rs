@@ -125,6 +125,7 @@ pub(crate) fn connect(nodes: &str) -> Result<Remote> {
     }
     // the reader's own bound, and time for its thread to come round to the read
     let read_bound = cfg.retry_for + 2 * cfg.op_timeout + Duration::from_secs(5);
+    RemoteStore::on_runtime_thread_start(crate::sys::heap::engine_thread_for_good);
     let store = RemoteStore::connect(cfg).map_err(remote_err)?;
     let handoff = Arc::new(Handoff::new()?);
     let reader = start_reader(&handoff, &store)?;

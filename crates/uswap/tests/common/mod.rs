@@ -23,6 +23,12 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use uswap::{Pool, PoolBuilder, Region, RegionOptions, UnitPolicy};
 
+/// The tests run the engine as uswap's C library, Python module and command do: its
+/// allocations apart from the program's (a handler that faults while its thread is in
+/// `malloc` must not wait for an engine thread that waits for `malloc`).
+#[global_allocator]
+static HEAP: uswap::EngineHeap = uswap::EngineHeap;
+
 /// A region of `size` bytes in `unit` units (a test's region must exist: unwrapped).
 pub fn region_of(p: &Pool, size: u64, unit: UnitPolicy) -> Region {
     p.region_with(
