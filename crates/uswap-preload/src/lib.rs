@@ -25,7 +25,8 @@
 //! Reentrancy: the engine itself allocates and maps memory and runs its own threads.
 //! A thread-local guard is set around every call into the engine and every use of the
 //! table; with it set, or on an engine thread (marked when started, see
-//! `pthread_create`), everything goes straight to glibc or the kernel.
+//! `pthread_create`), mappings go straight to the kernel and the malloc family to the
+//! plain heap (`plain`), never to the program's allocator.
 
 mod heap;
 mod mlock;
@@ -139,8 +140,8 @@ fn bypass() -> bool {
 enum Route {
     /// glibc owns malloc: this library's own policy (uswap blocks, arenas, glibc).
     Ours,
-    /// The library's own memory while another allocator owns malloc (or while the
-    /// owner is being found out): the plain heap.
+    /// The library's own memory (the guard set, an engine thread), and everything
+    /// while the owner is being found out: the plain heap.
     Plain,
     /// The program's allocator, unchanged.
     Foreign(&'static owner::Foreign),
@@ -148,7 +149,13 @@ enum Route {
 
 fn route() -> Route {
     match owner::get() {
-        owner::Owner::Glibc => Route::Ours,
+        owner::Owner::Glibc => {
+            if T.with(|t| t.inside.get() || t.engine.get()) {
+                Route::Plain
+            } else {
+                Route::Ours
+            }
+        }
         owner::Owner::Unknown => Route::Plain,
         owner::Owner::Foreign(f) => {
             if T.with(|t| t.inside.get() || t.engine.get()) {
@@ -343,6 +350,8 @@ extern "C" fn init() {
     let _ = CONFIG.set(cfg);
     // SAFETY: registers plain extern "C" handlers that live as long as the process.
     unsafe {
+        // The plain heap's hooks first: its lock is taken after these, which allocate.
+        uswap::heap::register_fork_hooks();
         libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
         libc::atexit(close_remote);
         if stats {
@@ -470,7 +479,7 @@ fn make_region(len: usize, at: Option<usize>) -> Option<Arc<Region>> {
 // dlopen'd libraries. A JVM calls `setlocale` and `dlopen` on a thread other than the
 // main one, so that state would land in a uswap arena and be swapped out (seen: the
 // fault thread hung in `guess_category_value` under `strerror_r`). So the calls that
-// allocate such state run with the guard set (their memory is glibc's), and the
+// allocate such state run with the guard set (their memory is the plain heap's), and the
 // library binds its symbols at load (build.rs: -z now).
 
 /// Interpose a libc function so that it runs with the guard set.
@@ -557,12 +566,9 @@ extern "C" fn fork_prepare() {
     FORK_LOCK.with(|l| *l.borrow_mut() = Some(g));
     heap::fork_prepare();
     uswap::prepare_fork();
-    // Last: the steps above may allocate from it.
-    plain::fork_prepare();
 }
 
 extern "C" fn fork_parent() {
-    plain::fork_done();
     uswap::after_fork_parent();
     heap::fork_done();
     FORK_LOCK.with(|l| l.borrow_mut().take());
@@ -570,7 +576,6 @@ extern "C" fn fork_parent() {
 }
 
 extern "C" fn fork_child() {
-    plain::fork_done();
     uswap::after_fork_child();
     heap::fork_done();
     FORK_LOCK.with(|l| l.borrow_mut().take());
@@ -658,7 +663,7 @@ extern "C" fn print_stats() {
                 owner::Owner::Foreign(f) => f.name.as_str(),
                 _ => "glibc",
             },
-            "plain_heap_bytes": plain::BYTES.load(Relaxed),
+            "plain_heap_bytes": plain::committed_bytes(),
             "swap": pool.map(|p| p.swap_place()),
             "tier": cfg.tier.name(),
             "compressor": cfg.tier.is_compressed().then(|| cfg.compressor.to_string()),
