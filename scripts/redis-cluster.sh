@@ -4,6 +4,7 @@
 # that `stop` removes.
 #
 #   scripts/redis-cluster.sh start  [--dir DIR] [--base-port P] [--node-timeout MS] [--password PW] [--tls]
+#                                   [--owner PID]
 #   scripts/redis-cluster.sh stop   [--dir DIR]
 #   scripts/redis-cluster.sh status [--dir DIR]
 #
@@ -12,7 +13,8 @@
 #   port (127.0.0.1 only, protected mode, --save "" --appendonly no), joins them with
 #   `redis-cli --cluster create ... --cluster-replicas 1`, waits until every node says
 #   cluster_state:ok, then prints the nodes (127.0.0.1:PORT, one a line; also in DIR/nodes).
-#   Any failure tears down what it started and exits non-zero.
+#   Any failure tears down what it started and exits non-zero. With --owner, a watcher stops
+#   the cluster once process PID is gone (a test that aborts or is killed leaves no server).
 # stop: kills exactly the servers whose pid files are in DIR (checking that each pid is still
 #   a redis-server of that port) and removes DIR.
 # status: one line per node (port, pid, alive, role, cluster state); exit 1 if any is down.
@@ -40,6 +42,7 @@ base_port=21000
 node_timeout=2000
 password=
 tls=0
+owner=
 while [ $# -gt 0 ]; do
   case "$1" in
     --dir) dir=${2:?--dir needs a value}; shift 2 ;;
@@ -47,6 +50,7 @@ while [ $# -gt 0 ]; do
     --node-timeout) node_timeout=${2:?--node-timeout needs a value}; shift 2 ;;
     --password) password=${2:?--password needs a value}; shift 2 ;;
     --tls) tls=1; shift ;;
+    --owner) owner=${2:?--owner needs a pid}; shift 2 ;;
     -h|--help) usage ;;
     *) die "unknown argument: $1" ;;
   esac
@@ -54,6 +58,7 @@ done
 [[ $base_port =~ ^[0-9]+$ ]] && [ "$base_port" -ge 1024 ] && [ "$base_port" -le 55000 ] \
   || die "--base-port must be 1024..55000 (the cluster bus uses port+10000): $base_port"
 [[ $node_timeout =~ ^[0-9]+$ ]] || die "--node-timeout must be milliseconds: $node_timeout"
+[ -z "$owner" ] || [[ $owner =~ ^[0-9]+$ ]] || die "--owner must be a pid: $owner"
 
 # redis-cli's connection options: TLS (read from DIR, so status/stop need no --tls)
 tls_args() { [ -f "$dir/tls/ca.crt" ] && echo --tls --cacert "$dir/tls/ca.crt"; true; }
@@ -213,6 +218,12 @@ start_cluster() {
 
   printf '%s\n' "${addrs[@]}" >"$dir/nodes"
   started=1
+  if [ -n "$owner" ]; then
+    # Detached, and holding none of the caller's pipes (it waits for our output's end).
+    setsid bash -c 'while kill -0 "$1" 2>/dev/null && [ -d "$2" ]; do sleep 1; done
+                    [ -d "$2" ] && "$3" stop --dir "$2"' owner-watch "$owner" "$dir" "$0" \
+      </dev/null >/dev/null 2>&1 &
+  fi
   cat "$dir/nodes"
 }
 

@@ -106,7 +106,8 @@ impl Cluster {
         let mut cmd = Command::new(cluster_script());
         cmd.args(["start", "--dir"])
             .arg(&dir)
-            .args(["--base-port", &base_port.to_string()]);
+            .args(["--base-port", &base_port.to_string()])
+            .args(["--owner", &std::process::id().to_string()]);
         // Stopped by the guard even if the start fails half-way.
         let mut c = Cluster {
             dir,

@@ -92,6 +92,8 @@ impl Cluster {
                 &(base_port + 7 * tries.len() as u16).to_string(),
                 "--node-timeout",
                 "1000",
+                "--owner",
+                &std::process::id().to_string(),
             ]);
             if let Some(pw) = password {
                 cmd.args(["--password", pw]);

@@ -515,6 +515,8 @@ impl Cluster {
                 &base_port.to_string(),
                 "--node-timeout",
                 "1000",
+                "--owner",
+                &std::process::id().to_string(),
             ])
             .output()
             .expect("run scripts/redis-cluster.sh");
