@@ -56,7 +56,7 @@ fn check(words: &[AtomicU64], seed: u64) {
 fn pages_round_trip_through_the_remote_tier() {
     let _serial = one_at_a_time();
     with_deadline(300, |t| {
-        let c = Cluster::start(22100);
+        let c = Cluster::start_with(22100, Some(1000));
         for (tier, unit, mode) in [
             (TierKind::Remote, UnitPolicy::Small, FaultMode::Handler),
             (TierKind::Remote, UnitPolicy::Huge, FaultMode::Handler),
@@ -140,7 +140,7 @@ fn pages_round_trip_through_the_remote_tier() {
 fn a_primary_killed_mid_run_loses_nothing() {
     let _serial = one_at_a_time();
     with_deadline(300, |t| {
-        let c = Cluster::start(22200);
+        let c = Cluster::start_with(22200, Some(1000));
         let p = t.pool(
             Pool::builder()
                 .budget(16 * MIB)
@@ -170,7 +170,7 @@ fn a_primary_killed_mid_run_loses_nothing() {
 fn lost_values_without_checksums_are_poisoned_not_read() {
     let _serial = one_at_a_time();
     with_deadline(300, |t| {
-        let c = Cluster::start(22400);
+        let c = Cluster::start_with(22400, Some(1000));
         let p = t.pool(
             Pool::builder()
                 .budget(16 * MIB)
@@ -317,7 +317,7 @@ fn remote_pool_with(c: &Cluster, tier: TierKind, encrypt: bool) -> Pool {
 fn forked_children_read_inherited_remote_pages_and_write_their_own() {
     let _serial = one_at_a_time();
     with_deadline(300, |t| {
-        let c = Cluster::start(22300);
+        let c = Cluster::start_with(22300, Some(1000));
         for (tier, encrypt) in [
             (TierKind::Remote, false),
             (TierKind::CompressedRemote, false),
@@ -387,7 +387,7 @@ fn forked_children_read_inherited_remote_pages_and_write_their_own() {
 fn a_parent_that_ends_first_leaves_its_values_to_its_children() {
     let _serial = one_at_a_time();
     with_deadline(300, |t| {
-        let c = Cluster::start(22400);
+        let c = Cluster::start_with(22400, Some(1000));
         let p = remote_pool(&c, TierKind::Remote);
         let r = p.region(32 * MIB).unwrap();
         let w = r.as_words();
@@ -459,7 +459,7 @@ fn a_parent_that_ends_first_leaves_its_values_to_its_children() {
 fn keys_left_by_killed_processes_expire() {
     let _serial = one_at_a_time();
     with_deadline(300, |_t| {
-        let c = Cluster::start(22500);
+        let c = Cluster::start_with(22500, Some(1000));
         let p = remote_pool(&c, TierKind::Remote);
         let r = p.region(16 * MIB).unwrap();
         let w = r.as_words();
@@ -539,7 +539,7 @@ extern "C" fn read_a_swapped_page(_: libc::c_int) {
 fn a_signal_handler_reads_in_thread_remote_memory_while_its_thread_allocates() {
     let _serial = one_at_a_time();
     with_deadline(120, |t| {
-        let c = Cluster::start(22000);
+        let c = Cluster::start_with(22000, Some(1000));
         let p = t.pool(
             Pool::builder()
                 .budget(8 * MIB)

@@ -1270,7 +1270,7 @@ fn round(t: &Test, k: u64, cfg: &Config, seed: u64, secs: u64, threads: usize, i
             "round {k}: {}: starting a local Redis Cluster",
             cfg.name
         ));
-        common::Cluster::start(22700)
+        common::Cluster::start_with(22700, Some(1000))
     });
     // In a cgroup of its own before the pool starts (the pool finds the cgroup that
     // limits it when it starts), at a limit well above the budget; left (the process

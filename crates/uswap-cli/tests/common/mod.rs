@@ -8,9 +8,8 @@
 pub mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
 
 pub fn uswap_exe() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_uswap"))
@@ -54,116 +53,7 @@ pub fn cprog(name: &str) -> PathBuf {
     out
 }
 
-/// Run `cmd` (stdin empty, output captured) with a deadline; kill it and its children
-/// and fail on a hang.
-pub fn run_with_deadline(mut cmd: Command, secs: u64) -> Output {
-    use std::os::unix::process::CommandExt;
-    // Own process group, so that a hung forked child is killed with its parent.
-    let child = cmd
-        .process_group(0)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let pid = child.id();
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    loop {
-        if let Ok(out) = rx.try_recv() {
-            return out.expect("wait");
-        }
-        if Instant::now() > deadline {
-            // kill(1) the process group of the child this test started.
-            let _ = Command::new("kill")
-                .args(["-KILL", "--", &format!("-{pid}")])
-                .status();
-            panic!("{cmd:?} did not finish in {secs} s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// A running cluster, stopped on drop.
-pub struct Cluster {
-    dir: PathBuf,
-    pub ports: Vec<u16>,
-}
-
-fn cluster_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/redis-cluster.sh")
-}
-
-impl Cluster {
-    pub fn start(base_port: u16) -> Cluster {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-            "uswap-cli-cluster-{}-{base_port}",
-            std::process::id()
-        ));
-        let mut cmd = Command::new(cluster_script());
-        cmd.args(["start", "--dir"])
-            .arg(&dir)
-            .args(["--base-port", &base_port.to_string()])
-            .args(["--owner", &std::process::id().to_string()]);
-        // Stopped by the guard even if the start fails half-way.
-        let mut c = Cluster {
-            dir,
-            ports: Vec::new(),
-        };
-        let out = run_with_deadline(cmd, 120);
-        assert!(
-            out.status.success(),
-            "cannot start a local Redis Cluster (the remote tiers' tests need one: \
-             scripts/test.sh installs redis-server): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        c.ports = std::fs::read_to_string(c.dir.join("ports"))
-            .expect("the script's port list")
-            .lines()
-            .map(|l| l.trim().parse().expect("a port"))
-            .collect();
-        c
-    }
-
-    pub fn nodes(&self) -> String {
-        self.ports
-            .iter()
-            .map(|p| format!("redis://127.0.0.1:{p}"))
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-}
-
-impl Cluster {
-    /// Keys in the cluster now (primaries only).
-    pub fn keys(&self) -> Vec<String> {
-        let cli = |port: u16, args: &[&str]| {
-            let out = Command::new("redis-cli")
-                .args(["-p", &port.to_string()])
-                .args(args)
-                .output()
-                .expect("redis-cli");
-            String::from_utf8_lossy(&out.stdout).into_owned()
-        };
-        let mut keys = Vec::new();
-        for &port in &self.ports {
-            if cli(port, &["role"]).starts_with("master") {
-                keys.extend(cli(port, &["--scan"]).lines().map(str::to_string));
-            }
-        }
-        keys.retain(|k| !k.is_empty());
-        keys
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = Command::new(cluster_script())
-            .args(["stop", "--dir"])
-            .arg(&self.dir)
-            .status();
-    }
-}
+#[path = "../../../uswap/tests/support/cluster.rs"]
+mod cluster;
+#[allow(unused_imports)] // each test binary uses its own part
+pub use cluster::{run_with_deadline, Cluster};
