@@ -175,11 +175,11 @@ pub(crate) fn pool_builder(
 
 /// `uswap run`'s arguments for the same settings and PROGRAM (the uswap side of
 /// `--against`).
-pub(crate) fn child_args(args: &RunArgs) -> Vec<OsString> {
+pub(crate) fn child_args(args: &RunArgs, budget: u64) -> Vec<OsString> {
     let mut v: Vec<OsString> = vec![
         "run".into(),
         "--budget".into(),
-        args.place.budget.to_string().into(),
+        budget.to_string().into(),
         "--unit".into(),
         args.unit.name().into(),
         "--threshold".into(),

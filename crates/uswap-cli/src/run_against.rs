@@ -10,6 +10,10 @@
 //! * uswap side: kernel swap off, the cgroup not allowed to swap, PROGRAM run by
 //!   `uswap run` with the same settings (preloaded), or directly with `--direct`.
 //!
+//! With zram or zswap the kernel side keeps pages in memory its v1 cgroup is not
+//! charged for (zram's, zswap's pool): the uswap run after it gets that peak in its
+//! budget and its limit (equal total memory, as `uswap bench --against`).
+//!
 //! Both get `USWAP_AGAINST_SIDE=kernel|uswap` and `USWAP_AGAINST_BUDGET=<bytes>`.
 //! PROGRAM's stdin is /dev/null; its stdout and stderr go to our stderr (or to
 //! `--log-dir`), so that stdout holds only the report. A kernel side OOM-killed in its
@@ -54,6 +58,11 @@ struct RunOut {
     outcome: Outcome,
     oom: OomStats,
     memcg_peak: Option<u64>,
+    /// The uswap side's budget in this run (the kernel side: the budget asked for).
+    budget: u64,
+    /// The kernel side's zram memory or zswap pool at its peak: memory a v1 memory
+    /// cgroup does not charge, which the next uswap run's budget gets too.
+    pool_peak: Option<u64>,
     vmstat: BTreeMap<String, u64>,
     log: Option<PathBuf>,
 }
@@ -80,6 +89,8 @@ impl RunOut {
             "exit_code": self.exit_code,
             "signal": self.signal,
             "memcg_peak_bytes": self.memcg_peak,
+            "budget": self.budget,
+            "pool_peak_bytes": self.pool_peak,
             "memcg_limit_hits": self.oom.limit_hits,
             "oom_kill": self.oom.oom_kill,
             "vmstat_delta": self.vmstat,
@@ -113,12 +124,13 @@ fn output(args: &RunArgs, side: Side, run: u32) -> Result<(Stdio, Stdio, Option<
     }
 }
 
-/// The command for one side: PROGRAM itself, or `uswap run SETTINGS -- PROGRAM`.
-fn side_command(args: &RunArgs, side: Side) -> Result<Command, String> {
+/// The command for one side: PROGRAM itself, or `uswap run SETTINGS -- PROGRAM` with
+/// `budget`.
+fn side_command(args: &RunArgs, side: Side, budget: u64) -> Result<Command, String> {
     let mut cmd = if side == Side::Uswap && !args.direct {
         let exe = std::env::current_exe().map_err(|e| format!("find our own executable: {e}"))?;
         let mut c = Command::new(exe);
-        c.args(crate::run::child_args(args));
+        c.args(crate::run::child_args(args, budget));
         c
     } else {
         let (program, rest) = args.program.split_first().expect("clap requires PROGRAM");
@@ -127,7 +139,7 @@ fn side_command(args: &RunArgs, side: Side) -> Result<Command, String> {
         c
     };
     cmd.env("USWAP_AGAINST_SIDE", side.name())
-        .env("USWAP_AGAINST_BUDGET", args.place.budget.to_string())
+        .env("USWAP_AGAINST_BUDGET", budget.to_string())
         .stdin(Stdio::null());
     Ok(cmd)
 }
@@ -137,10 +149,11 @@ fn run_side(
     h: &Hierarchy,
     side: Side,
     run: u32,
-    limit: u64,
+    budget: u64,
     ks: Option<&mut KernelSwap>,
 ) -> Result<RunOut, String> {
     check_interrupted()?;
+    let limit = budget + args.against_allowance;
     let mut ks = ks;
     crate::harness::swap_for_side(side, ks.as_deref_mut())?;
     let swap = match side {
@@ -149,14 +162,19 @@ fn run_side(
     };
     let cg = Memcg::create(h, limit, swap)?;
     let (out, err, log) = output(args, side, run)?;
-    let mut cmd = side_command(args, side)?;
+    let mut cmd = side_command(args, side, budget)?;
     cmd.stdout(out).stderr(err);
     let before = kswap::vmstat();
     let t0 = Instant::now();
     let mut child = spawn_in(&cg, cmd, &format!("{} side's program", side.name()))?;
+    let zswap_peak = ks
+        .as_deref()
+        .filter(|k| k.is_zswap())
+        .map(|_| kswap::ZswapPeak::start());
     let dog = Watchdog::start(child.id());
     let status = child.wait();
     child_done();
+    let zswap_pool_max = zswap_peak.and_then(kswap::ZswapPeak::stop);
     let timeout_s = dog.limit_s;
     let timed_out = dog.fired();
     let wall_s = t0.elapsed().as_secs_f64();
@@ -165,6 +183,10 @@ fn run_side(
     let oom = cg.oom_stats();
     let memcg_peak = cg.peak_bytes();
     drop(cg);
+    let pool_peak = ks
+        .as_deref()
+        .and_then(|k| k.zram_mem_used_max())
+        .or(zswap_pool_max);
     if let Some(k) = ks {
         k.off()?;
     }
@@ -200,6 +222,8 @@ fn run_side(
         outcome,
         oom,
         memcg_peak,
+        budget,
+        pool_peak,
         vmstat,
         log,
     })
@@ -307,23 +331,46 @@ fn compare(args: &RunArgs) -> Result<i32, String> {
         }
     );
 
+    // zram's memory and zswap's pool are not charged to the kernel side's (v1) memory
+    // cgroup: at equal total memory, the uswap run after it gets them in its budget.
+    let equal_memory = matches!(kind, Kind::Zram | Kind::Zswap);
+    if equal_memory {
+        eprintln!(
+            "equal total memory: each uswap run's budget is {} + the {} (peak) of the kernel \
+             run before it, and its memcg limit grows with it",
+            fmt_size(args.place.budget),
+            if kind == Kind::Zram {
+                "zram memory"
+            } else {
+                "zswap pool"
+            }
+        );
+    }
     let mut runs: Vec<RunOut> = Vec::new();
+    let mut uswap_budget = args.place.budget;
     for i in 1..=repeat {
         for side in [Side::Kernel, Side::Uswap] {
             eprintln!("[{i}/{repeat}] {} side ...", side.name());
+            let budget = match side {
+                Side::Kernel => args.place.budget,
+                Side::Uswap => uswap_budget,
+            };
             let r = run_side(
                 args,
                 &h,
                 side,
                 i,
-                limit,
+                budget,
                 (side == Side::Kernel).then_some(&mut ks),
             )?;
             eprintln!(
                 "[{i}/{repeat}] {} side: {}",
                 side.name(),
-                run_line(&r, limit)
+                run_line(&r, budget + args.against_allowance)
             );
+            if let (true, Some(p)) = (equal_memory, r.pool_peak) {
+                uswap_budget = args.place.budget + p.next_multiple_of(1 << 20);
+            }
             runs.push(r);
         }
     }
@@ -453,13 +500,14 @@ fn compare(args: &RunArgs) -> Result<i32, String> {
 /// `12.34 s, exit status 0, memcg peak 80 MiB (limit hit 3 times), OOM kills 0`.
 fn run_line(r: &RunOut, limit: u64) -> String {
     let mut s = format!(
-        "{:.2} s, {}, memcg peak {}, OOM kills {}",
+        "{:.2} s, {}, budget {}, memcg peak {}, OOM kills {}",
         r.wall_s,
         match (r.exit_code, r.signal) {
             (Some(c), _) => format!("exit status {c}"),
             (None, Some(s)) => format!("killed by signal {s}"),
             _ => "?".into(),
         },
+        fmt_size(r.budget),
         r.memcg_peak.map(fmt_size).unwrap_or_else(|| "?".into()),
         r.oom.oom_kill
     );
