@@ -348,7 +348,7 @@ fn zram_against_cleans_up_zram() {
         "zram",
         "128M",
         "32M",
-        &["--tier", "compressed"],
+        &["--tier", "compressed+file"],
         &[],
     );
     let (j, _) = ok_json(&out);
